@@ -1,0 +1,78 @@
+"""The algorithm interface. Algorithms are pure torch/numpy: nothing here or below imports Dask.
+
+One object serves both sides:
+- explorer side (CPU, inference only): ``act``, ``set_weights``;
+- learner side: ``ingest``, ``ready``, ``learn``, ``get_weights``, ``state_dict``.
+
+The same object runs unchanged in the single-process mode and on a Dask cluster: that is the
+proof that the boundary between algorithm and dataflow is real.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+
+class AlgoConfig(BaseModel):
+    """Base of every algorithm's hyperparameters: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Algorithm(ABC):
+    #: True for algorithms that train only on data from (nearly) the current policy
+    on_policy: bool = False
+
+    def __init__(self, obs_space, action_space, config: AlgoConfig, seed: int = 0):
+        self.obs_space = obs_space
+        self.action_space = action_space
+        self.config = config
+        self.seed = seed
+
+    # ---- explorer side -------------------------------------------------------------------
+    @abstractmethod
+    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of observations, plus per-step extras the learner needs later
+        (e.g. log-probabilities and values). ``explore`` holds exploration parameters from
+        ``exploration()`` (e.g. epsilon)."""
+
+    def exploration(self, env_steps: int, updates: int) -> dict:
+        """Exploration parameters for explorers, given the learner's progress so far."""
+        return {}
+
+    @abstractmethod
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Policy weights as a plain dict of CPU float32 numpy arrays (what explorers need)."""
+
+    @abstractmethod
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None: ...
+
+    # ---- learner side --------------------------------------------------------------------
+    @abstractmethod
+    def ingest(self, chunk: dict, staleness: int) -> int:
+        """Take a SampleChunk consumed at ``staleness`` versions; return the env steps kept
+        (0 when the algorithm drops it, e.g. on-policy data that is too old)."""
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """True when ``learn()`` may run now (warm-up reached, replay ratio not exceeded, a full
+        on-policy batch collected, ...)."""
+
+    @abstractmethod
+    def learn(self) -> dict[str, float]:
+        """One update. The learner's version goes +1 per call. Returns float metrics, including
+        ``samples`` (samples trained on by this call)."""
+
+    def samples_per_update(self) -> int:
+        """How many env steps of fresh data one update needs at most (for the window's lower
+        bound: fewer chunks in flight than one update needs would deadlock)."""
+        return 1
+
+    @abstractmethod
+    def state_dict(self) -> dict: ...
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...

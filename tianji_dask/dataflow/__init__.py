@@ -1,0 +1,1 @@
+"""Dataflow roles: chunk schema, explorer task, learner actor, staleness controller, weights."""

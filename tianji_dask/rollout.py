@@ -1,0 +1,81 @@
+"""Stepping a vector env with a policy into SampleChunks (no Dask).
+
+Used by explorer tasks on Dask workers and by the single-process mode alike, so both produce
+exactly the same data.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tianji_dask.dataflow.chunk import make_chunk
+from tianji_dask.envs import make_vec_env
+
+
+class Rollout:
+    """A live vector env whose episodes continue across chunks."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None):
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.env = make_vec_env(env_id, num_envs, seed=seed, **(env_kwargs or {}))
+        self.obs, _ = self.env.reset(seed=seed)
+        self.env.action_space.seed(seed)
+        # True where the env finished on the previous step: its next step is a reset, not a transition
+        self.resetting = np.zeros(num_envs, dtype=bool)
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.env_steps = 0
+
+    def run(self, policy, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
+        """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk."""
+        t_start = time.time()
+        n = self.num_envs
+        obs_buf = np.empty((n_steps + 1, n, *self.obs.shape[1:]), dtype=self.obs.dtype if self.obs.dtype == np.uint8 else np.float32)
+        actions = None
+        rewards = np.empty((n_steps, n), dtype=np.float32)
+        terminated = np.empty((n_steps, n), dtype=bool)
+        truncated = np.empty((n_steps, n), dtype=bool)
+        valid = np.empty((n_steps, n), dtype=bool)
+        extra_bufs: dict[str, np.ndarray] = {}
+        episodes: list[tuple[float, float, int]] = []
+        obs = self.obs
+        for t in range(n_steps):
+            obs_buf[t] = obs
+            action, extra = policy.act(obs, explore)
+            if actions is None:
+                actions = np.empty((n_steps, n, *action.shape[1:]), dtype=action.dtype)
+            actions[t] = action
+            for k, v in extra.items():
+                if k not in extra_bufs:
+                    extra_bufs[k] = np.empty((n_steps, n, *v.shape[1:]), dtype=v.dtype)
+                extra_bufs[k][t] = v
+            obs, reward, term, trunc, _ = self.env.step(action)
+            valid[t] = ~self.resetting
+            rewards[t] = np.where(valid[t], reward, 0.0)
+            terminated[t] = term & valid[t]
+            truncated[t] = trunc & valid[t]
+            self.episode_return += rewards[t]
+            self.episode_length += valid[t]
+            done = terminated[t] | truncated[t]
+            if done.any():
+                now = time.time()
+                for i in np.flatnonzero(done):
+                    episodes.append((now, float(self.episode_return[i]), int(self.episode_length[i])))
+                self.episode_return[done] = 0.0
+                self.episode_length[done] = 0
+            self.resetting = done
+        obs_buf[n_steps] = obs
+        self.obs = obs
+        chunk = make_chunk(
+            obs=obs_buf, actions=actions, rewards=rewards, terminated=terminated, truncated=truncated,
+            valid=valid, extras=extra_bufs, explorer_id=explorer_id, policy_version=policy_version,
+            t_start=t_start, t_end=time.time(), episodes=episodes,
+        )
+        self.env_steps += chunk["env_steps"]
+        return chunk
+
+    def close(self) -> None:
+        self.env.close()
