@@ -1,0 +1,205 @@
+"""DQN with a target network, double-Q, optional dueling head, n-step returns and uniform replay.
+
+One ``learn()`` is one gradient step on one minibatch. The replay ratio is controlled by
+``ready()``: once the replay holds ``learning_starts`` transitions, every env step ingested allows
+``updates_per_env_step`` more updates. A resumed run without replay contents refills the warm-up
+before it updates again, without a burst of catch-up updates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.models import QNetwork, check_spaces, load_weights, seeded_init, weights_of
+from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
+
+
+class DQNConfig(AlgoConfig):
+    hidden: tuple[int, ...] = (64, 64)
+    activation: Literal["relu", "tanh"] = "relu"
+    dueling: bool = False
+    double_q: bool = True
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    n_step: int = Field(3, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    adam_eps: float = Field(1e-8, gt=0.0)
+    batch_size: int = Field(64, ge=1)
+    buffer_size: int = Field(100_000, ge=1)
+    #: replay size (transitions) before the first update
+    learning_starts: int = Field(1_000, ge=1)
+    #: gradient steps per env step ingested, past the warm-up (0.25 = one update per 4 env steps)
+    updates_per_env_step: float = Field(0.25, gt=0.0)
+    #: the target network moves every this many updates ...
+    target_update_interval: int = Field(500, ge=1)
+    #: ... by this fraction of the way to the online network (1.0 = hard copy)
+    tau: float = Field(1.0, gt=0.0, le=1.0)
+    loss: Literal["huber", "mse"] = "huber"
+    max_grad_norm: float | None = Field(10.0, gt=0.0)
+    eps_start: float = Field(1.0, ge=0.0, le=1.0)
+    eps_final: float = Field(0.05, ge=0.0, le=1.0)
+    #: env steps over which epsilon decays linearly from eps_start to eps_final
+    eps_decay_steps: int = Field(10_000, ge=1)
+    #: include the replay contents in state_dict() (large; off: a resumed run refills it)
+    checkpoint_replay: bool = False
+
+
+class DQN(Algorithm):
+    on_policy = False
+
+    def __init__(self, obs_space, action_space, config: DQNConfig, seed: int = 0):
+        super().__init__(obs_space, action_space, config, seed)
+        c = config
+        obs_dim, self.n_actions = check_spaces(obs_space, action_space, "DQN")
+
+        def build():
+            q = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling)
+            target = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling)
+            target.load_state_dict(q.state_dict())
+            return q, target
+
+        self.q, self.target = seeded_init(seed, build)
+        self.target.requires_grad_(False)
+        self.optimizer = None  # learner side only: made on first learn()
+        self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)  # allocates on first ingest
+        self.rng = np.random.default_rng(seed)  # exploration on the explorer side
+        self.env_steps = 0  # env steps ingested
+        self.updates = 0
+        self.update_credit = 0.0  # updates allowed now by the replay ratio
+
+    # ---- explorer side -------------------------------------------------------------------
+    def epsilon(self, env_steps: int) -> float:
+        c = self.config
+        frac = min(1.0, env_steps / c.eps_decay_steps)
+        return c.eps_start + frac * (c.eps_final - c.eps_start)
+
+    def exploration(self, env_steps: int, updates: int) -> dict:
+        return {"epsilon": self.epsilon(env_steps)}
+
+    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        eps = float(explore.get("epsilon", 0.0))
+        n = len(obs)
+        with torch.no_grad():
+            q = self.q(torch.as_tensor(obs, dtype=torch.float32))
+        actions = q.argmax(dim=1).numpy()
+        if eps > 0.0:
+            rand = self.rng.random(n) < eps
+            if rand.any():
+                actions = actions.copy()
+                actions[rand] = self.rng.integers(0, self.n_actions, size=int(rand.sum()))
+        return actions, {}
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return weights_of(self.q)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.q, weights)
+
+    # ---- learner side --------------------------------------------------------------------
+    def ingest(self, chunk: dict, staleness: int) -> int:
+        c = self.config
+        batch = nstep_transitions(chunk, c.gamma, c.n_step)
+        before = len(self.replay)
+        kept = self.replay.add(batch)
+        self.env_steps += kept
+        # replay ratio: each env step ingested past the warm-up earns updates_per_env_step updates
+        after = len(self.replay)
+        if after >= c.learning_starts:
+            past_warmup = kept if before >= c.learning_starts else after - c.learning_starts + 1
+            self.update_credit += past_warmup * c.updates_per_env_step
+        return kept
+
+    def ready(self) -> bool:
+        return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts
+
+    def samples_per_update(self) -> int:
+        """Fresh env steps one update needs past the warm-up: 1 / updates_per_env_step."""
+        return max(1, math.ceil(1.0 / self.config.updates_per_env_step))
+
+    def chunks_per_update(self) -> int:
+        """Chunks one update needs at minimum: any chunk feeds the replay."""
+        return 1
+
+    def _make_optimizer(self) -> None:
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+
+    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
+        """r + discount * Q_target(s', a*) with a* = argmax of the online (double-Q) or target net."""
+        with torch.no_grad():
+            q_next_target = self.target(next_obs)
+            if self.config.double_q:
+                a_star = self.q(next_obs).argmax(dim=1, keepdim=True)
+                q_next = q_next_target.gather(1, a_star).squeeze(1)
+            else:
+                q_next = q_next_target.max(dim=1).values
+            return rewards + discounts * q_next
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(TD loss, Q of the taken actions) on a minibatch of tensors."""
+        target = self.td_targets(batch["rewards"], batch["next_obs"], batch["discounts"])
+        q = self.q(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
+        if self.config.loss == "huber":
+            loss = F.smooth_l1_loss(q, target)
+        else:
+            loss = F.mse_loss(q, target)
+        return loss, q
+
+    def update_target(self) -> None:
+        with torch.no_grad():
+            if self.config.tau >= 1.0:
+                for t, p in zip(self.target.parameters(), self.q.parameters()):
+                    t.copy_(p)
+            else:
+                for t, p in zip(self.target.parameters(), self.q.parameters()):
+                    t.lerp_(p, self.config.tau)
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        if self.optimizer is None:
+            self._make_optimizer()
+        batch = {k: torch.from_numpy(v) for k, v in self.replay.sample(c.batch_size).items()}
+        batch["obs"] = batch["obs"].float()
+        batch["next_obs"] = batch["next_obs"].float()
+        loss, q = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.q.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self.update_credit -= 1.0
+        if self.updates % c.target_update_interval == 0:
+            self.update_target()
+        return {"loss": loss.item(), "q_mean": q.detach().mean().item(), "samples": float(c.batch_size)}
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        if self.optimizer is None:
+            self._make_optimizer()
+        return {
+            "q": self.q.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "update_credit": self.update_credit,
+            "rng": self.rng.bit_generator.state,
+            "replay": self.replay.state_dict(include_data=self.config.checkpoint_replay),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self._make_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.update_credit = float(state["update_credit"])
+        self.rng.bit_generator.state = state["rng"]
+        self.replay.load_state_dict(state["replay"])

@@ -1,0 +1,251 @@
+"""PPO (clipped surrogate, GAE), following CleanRL's ppo.py step by step.
+
+Data arrives as chunks ("segments") from explorers. ``ingest`` keeps segments whose behaviour
+policy is at most ``max_policy_lag`` versions old (their stored log-probabilities make the
+clipped ratio correct) and drops older ones. Once ``segments_per_batch`` are in, ``learn()`` runs
+one full PPO iteration (all epochs x minibatches) over them and clears them: one version.
+
+Values are not carried in chunks: ``learn()`` evaluates the current critic on every frame of a
+segment, which gives V(obs[t]), the bootstrap value after a truncation (the true final
+observation obs[t+1]) and after the segment's last step (obs[T]). For fresh segments this is
+exactly CleanRL's stored value; for stale ones it is the better estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.models import ActorCritic, check_spaces, load_weights, seeded_init, weights_of
+from tianji_dask.dataflow.chunk import extras
+
+
+class PPOConfig(AlgoConfig):
+    hidden: tuple[int, ...] = (64, 64)
+    activation: Literal["relu", "tanh"] = "tanh"
+    #: one trunk for actor and critic (otherwise two, as in CleanRL)
+    shared_trunk: bool = False
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    lr: float = Field(2.5e-4, gt=0.0)
+    adam_eps: float = Field(1e-5, gt=0.0)
+    #: chunks (segments) per batch: one learn() trains on exactly this many
+    segments_per_batch: int = Field(1, ge=1)
+    update_epochs: int = Field(4, ge=1)
+    num_minibatches: int = Field(4, ge=1)
+    clip_coef: float = Field(0.2, gt=0.0)
+    clip_vloss: bool = True
+    ent_coef: float = Field(0.01, ge=0.0)
+    vf_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    norm_adv: bool = True
+    #: segments from a policy more than this many versions old are dropped
+    max_policy_lag: int = Field(1, ge=0)
+
+
+def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        valid: np.ndarray, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimates and returns for one segment.
+
+    ``values`` [T+1, N] holds V(obs[t]) for every frame. A terminated step does not bootstrap;
+    a truncated step bootstraps from V(obs[t+1]), the true final observation; both stop the
+    recursion. The last step bootstraps from V(obs[T]). Invalid (autoreset) steps get 0.
+    """
+    T = rewards.shape[0]
+    adv = np.zeros_like(rewards, dtype=np.float32)
+    next_adv = np.zeros(rewards.shape[1:], dtype=np.float32)
+    not_term = 1.0 - terminated.astype(np.float32)
+    cont = 1.0 - (terminated | truncated).astype(np.float32)
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * values[t + 1] * not_term[t] - values[t]
+        next_adv = np.where(valid[t], delta + gamma * lam * cont[t] * next_adv, 0.0).astype(np.float32)
+        adv[t] = next_adv
+    returns = adv + values[:T]
+    return adv, returns
+
+
+class PPO(Algorithm):
+    on_policy = True
+
+    def __init__(self, obs_space, action_space, config: PPOConfig, seed: int = 0):
+        super().__init__(obs_space, action_space, config, seed)
+        c = config
+        obs_dim, self.n_actions = check_spaces(obs_space, action_space, "PPO")
+        self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
+        # what explorers need to act: everything but the critic
+        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith(("critic_trunk", "critic_head"))]
+        self.optimizer = None  # learner side only: made on first learn()
+        self.rng = np.random.default_rng(seed)
+        self.segments: list[dict] = []  # collected for the next batch
+        self.updates = 0
+        self.dropped_segments = 0  # too stale to use
+        self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
+
+    # ---- explorer side -------------------------------------------------------------------
+    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
+        extra ``logprob`` is the behaviour log-probability the clipped ratio needs."""
+        with torch.no_grad():
+            logits = self.net.logits(torch.as_tensor(obs, dtype=torch.float32))
+            logp_all = torch.log_softmax(logits, dim=1).numpy()
+        if explore.get("greedy", False):
+            actions = logp_all.argmax(axis=1)
+        else:  # inverse-CDF sampling
+            cdf = np.cumsum(np.exp(logp_all), axis=1)
+            u = self.rng.random((len(obs), 1), dtype=np.float32) * cdf[:, -1:]
+            actions = np.minimum((cdf < u).sum(axis=1), self.n_actions - 1)
+        logp = logp_all[np.arange(len(obs)), actions]
+        return actions, {"logprob": logp.astype(np.float32, copy=False)}
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return weights_of(self.net, self.actor_keys)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.net, weights, self.actor_keys)
+
+    # ---- learner side --------------------------------------------------------------------
+    def ingest(self, chunk: dict, staleness: int) -> int:
+        if staleness > self.config.max_policy_lag:
+            self.dropped_segments += 1
+            return 0
+        if "logprob" not in extras(chunk):
+            raise ValueError("PPO: chunk has no extra_logprob (was it collected by PPO.act?)")
+        self.segments.append(chunk)
+        self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
+        return int(chunk["env_steps"])
+
+    def ready(self) -> bool:
+        return len(self.segments) >= self.config.segments_per_batch
+
+    def chunks_per_update(self) -> int:
+        """Chunks one update needs: segments_per_batch."""
+        return self.config.segments_per_batch
+
+    def samples_per_update(self) -> int:
+        """Env steps one batch holds at most. The segment size is only known once a chunk has
+        arrived; before that this returns segments_per_batch (a count of chunks: prefer
+        ``chunks_per_update()``)."""
+        return self.config.segments_per_batch * max(1, self._steps_per_segment)
+
+    def _make_optimizer(self) -> None:
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+
+    def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
+        """Valid steps of all segments, flattened, with advantages and returns from the current
+        critic."""
+        c = self.config
+        parts: dict[str, list] = {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
+        for seg in segments:
+            obs = seg["obs"]
+            T, N = seg["rewards"].shape
+            with torch.no_grad():
+                values = self.net.value(torch.as_tensor(obs, dtype=torch.float32).reshape(T + 1, N, -1).flatten(0, 1))
+            values = values.numpy().reshape(T + 1, N)
+            adv, ret = gae(seg["rewards"], values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
+            valid = seg["valid"]
+            parts["obs"].append(obs[:T][valid])
+            parts["actions"].append(seg["actions"][valid])
+            parts["logprobs"].append(extras(seg)["logprob"][valid])
+            parts["advantages"].append(adv[valid])
+            parts["returns"].append(ret[valid])
+            parts["values"].append(values[:T][valid])
+        batch = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
+        batch["obs"] = batch["obs"].float().flatten(1)
+        batch["actions"] = batch["actions"].long()
+        return batch
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """CleanRL's PPO loss on one minibatch: clipped surrogate + vf_coef x (clipped) value loss
+        - ent_coef x entropy. Returns (loss, detached statistics)."""
+        c = self.config
+        logits, newvalue = self.net(mb["obs"])
+        logp_all = torch.log_softmax(logits, dim=1)
+        newlogprob = logp_all.gather(1, mb["actions"].unsqueeze(1)).squeeze(1)
+        entropy = -(logp_all.exp() * logp_all).sum(1)
+        logratio = newlogprob - mb["logprobs"]
+        ratio = logratio.exp()
+
+        mb_advantages = mb["advantages"]
+        if c.norm_adv and len(mb_advantages) > 1:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        # policy loss
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        # value loss
+        if c.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -c.clip_coef, c.clip_coef)
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb["returns"]) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - c.ent_coef * entropy_loss + v_loss * c.vf_coef
+        with torch.no_grad():
+            stats = {
+                "pg_loss": pg_loss.detach(),
+                "v_loss": v_loss.detach(),
+                "entropy": entropy_loss.detach(),
+                "approx_kl": ((ratio - 1) - logratio).mean(),
+                "clipfrac": ((ratio - 1.0).abs() > c.clip_coef).float().mean(),
+            }
+        return loss, stats
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        if self.optimizer is None:
+            self._make_optimizer()
+        segments, self.segments = self.segments, []
+        batch = self.build_batch(segments)
+        B = len(batch["actions"])
+        totals: dict[str, torch.Tensor] = {}
+        n_minibatches = 0
+        for _epoch in range(c.update_epochs):
+            perm = torch.from_numpy(self.rng.permutation(B))
+            for mb_inds in torch.tensor_split(perm, min(c.num_minibatches, B)):
+                mb = {k: v[mb_inds] for k, v in batch.items()}
+                loss, stats = self.loss(mb)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if c.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
+                self.optimizer.step()
+                for k, v in stats.items():
+                    totals[k] = totals[k] + v if k in totals else v
+                n_minibatches += 1
+        self.updates += 1
+        metrics = {k: float(v) / n_minibatches for k, v in totals.items()}
+        metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
+                       segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
+        return metrics
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Network, optimizer, counters and RNG. Segments collected for the next batch are not
+        saved: after a resume they would be stale anyway."""
+        if self.optimizer is None:
+            self._make_optimizer()
+        return {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "dropped_segments": self.dropped_segments,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self._make_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.dropped_segments = int(state["dropped_segments"])
+        self.rng.bit_generator.state = state["rng"]
+        self.segments = []
