@@ -1,0 +1,8 @@
+"""tianji_dask: distributed deep-RL training as a Dask dataflow (TianJi's relaxed assignment
+dependencies, with an explicit staleness controller)."""
+
+from tianji_dask.config import Pipeline, PipelineError, load_pipeline
+from tianji_dask.run import Run, train
+
+__all__ = ["Pipeline", "PipelineError", "Run", "load_pipeline", "train"]
+__version__ = "0.1.0"

@@ -1,0 +1,160 @@
+"""The ``tianji-dask`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from tianji_dask.config import PipelineError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(name):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number >= 1, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number >= 1, got {text!r}")
+        return value
+    return parse
+
+
+def _nonneg_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--seed must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-seconds must be a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--max-seconds must be a number > 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tianji-dask", description="Distributed deep-RL training as a Dask dataflow.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = sub.add_parser("train", help="train a pipeline and print its time-to-solve")
+    train.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
+    train.add_argument("--mode", choices=["relaxed", "lockstep", "single"])
+    train.add_argument("--explorers", type=_positive_int("--explorers"), help="explorer streams")
+    train.add_argument("--seed", type=_nonneg_int)
+    train.add_argument("--max-seconds", type=_positive_float, help="stop after this many seconds of training")
+    train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
+    train.add_argument("--out", help="results directory (default runs/NAME-MODE-TIME-ID)")
+    train.add_argument("--quiet", action="store_true", help="no live progress display")
+    return parser
+
+
+def _fmt(value, spec=".1f", none="-"):
+    return none if value is None else format(value, spec)
+
+
+class _Progress:
+    """Live progress on a terminal; a line every few seconds elsewhere (logs, CI)."""
+
+    def __init__(self, run, quiet: bool):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.run = run
+        self.quiet = quiet
+        self.live = None
+        self.last_line = 0.0
+
+    def line(self, s: dict) -> str:
+        return (
+            f"[{self.run.pipeline.mode}] {_fmt(s.get('elapsed_s'))} s  version {s.get('version', 0)}  "
+            f"env steps {s.get('env_steps', 0):,}  ({_fmt(s.get('env_steps_per_s'), ',.0f')}/s)  "
+            f"mean return {_fmt(s.get('mean_return'))}  staleness {_fmt(s.get('staleness_recent_mean'), '.2f')}  "
+            f"in flight {s.get('chunks_in_flight', '-')}"
+        )
+
+    def __enter__(self):
+        if not self.quiet and self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live("starting…", console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __call__(self, status: dict) -> None:
+        if self.quiet or "version" not in status:
+            return
+        if self.live is not None:
+            self.live.update(self.line(status))
+        elif time.time() - self.last_line > 5:
+            self.console.print(self.line(status), highlight=False)
+            self.last_line = time.time()
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+
+def cmd_train(args) -> int:
+    from tianji_dask.run import Run
+
+    overrides = {"mode": args.mode, "explorers": args.explorers, "seed": args.seed, "stop.max_seconds": args.max_seconds}
+    if args.scheduler:
+        overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
+    run = Run(args.pipeline, out=args.out, overrides=overrides)
+    print(f"tianji-dask: training {run.pipeline.name} ({run.pipeline.env.id}, {run.pipeline.algo.name}, "
+          f"{run.pipeline.mode}, {run.pipeline.explorers} explorers)", flush=True)
+    run.start()
+    if run.dashboard_link:
+        print(f"tianji-dask: dashboard {run.dashboard_link}", flush=True)
+    with _Progress(run, args.quiet) as progress:
+        try:
+            results = run.wait(on_status=progress)
+        except KeyboardInterrupt:
+            run.stop()
+            results = run.wait()
+    if results.get("error"):
+        print(f"tianji-dask: the run failed:\n{results['error']}", file=sys.stderr)
+    if results["solved"]:
+        print(
+            f"tianji-dask: solved {run.pipeline.env.id} (100-episode mean >= {results['target_return']:g}) in "
+            f"{results['time_to_solve_s']:.2f} s from run start ({results['time_to_solve_from_process_start_s']:.2f} s "
+            f"from process start), {results['env_steps']:,} env steps"
+        )
+    else:
+        print(
+            f"tianji-dask: not solved (stopped: {results['stop_reason']}) after {results['wall_s']:.1f} s, "
+            f"{results['env_steps']:,} env steps, final mean return {_fmt(results['final_mean_return'])}"
+        )
+    print(f"tianji-dask: results {run.results_path}")
+    return 1 if results.get("error") else 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return cmd_train(args)
+    except PipelineError as err:
+        print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Pipelines: YAML files validated into typed models.
+
+Every error a user can cause here becomes one ``PipelineError`` line naming the field and what
+is allowed; the CLI prints it and exits 2 before anything starts or is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tianji_dask.algos import algorithm_registry
+
+Mode = Literal["relaxed", "lockstep", "single"]
+
+
+class PipelineError(ValueError):
+    """A user-caused configuration error; ``str()`` is the one line to show."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Strict):
+    id: str = Field(description="gymnasium environment id, e.g. CartPole-v1")
+    num_envs: int = Field(8, ge=1, le=4096, description="envs stepped together inside one explorer")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
+
+
+class AlgoSection(_Strict):
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        names = sorted(algorithm_registry())
+        if name not in names:
+            raise ValueError(f"must be one of {', '.join(names)}")
+        return name
+
+
+class StopConfig(_Strict):
+    target_return: float | None = Field(None, description="solved when the running mean reaches it")
+    window: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100)")
+    max_env_steps: int | None = Field(None, ge=1)
+    max_updates: int | None = Field(None, ge=1)
+    max_seconds: float | None = Field(None, gt=0)
+    on_solve: bool = Field(True, description="stop as soon as the target is reached")
+
+    @model_validator(mode="after")
+    def _some_stop(self):
+        if self.target_return is None and not (self.max_env_steps or self.max_updates or self.max_seconds):
+            raise ValueError("give target_return or one of max_env_steps, max_updates, max_seconds")
+        return self
+
+
+class ControllerConfig(_Strict):
+    window: int | None = Field(None, ge=1, description="chunks in flight; default: one per explorer")
+
+
+class LearnerConfig(_Strict):
+    publish_every: int = Field(1, ge=1, description="publish weights every K versions")
+    threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
+    device: Literal["cpu"] = "cpu"
+
+
+class ClusterConfig(_Strict):
+    kind: Literal["local", "address"] = "local"
+    address: str | None = None
+    explorer_workers: int | None = Field(None, ge=1, le=1024, description="local explorer worker processes")
+    dashboard_address: str | None = Field(":0", description="local dashboard, e.g. ':8787'; null for none")
+
+    @model_validator(mode="after")
+    def _address(self):
+        if self.kind == "address" and not self.address:
+            raise ValueError("kind 'address' needs address: tcp://HOST:PORT")
+        return self
+
+
+class Pipeline(_Strict):
+    name: str = "run"
+    env: EnvConfig
+    algo: AlgoSection
+    mode: Mode = "relaxed"
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    explorers: int = Field(2, ge=1, le=4096, description="explorer streams (each a vector env)")
+    chunk_steps: int = Field(64, ge=1, le=1_000_000, description="vector steps per chunk")
+    stop: StopConfig
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @model_validator(mode="after")
+    def _algo_config(self):
+        _, cfg_cls = algorithm_registry()[self.algo.name]
+        try:
+            cfg_cls.model_validate(self.algo.config)
+        except ValidationError as err:
+            raise PipelineError(_one_line(err, prefix="algo.config")) from None
+        return self
+
+    @property
+    def algo_config(self):
+        _, cfg_cls = algorithm_registry()[self.algo.name]
+        return cfg_cls.model_validate(self.algo.config)
+
+    @property
+    def window(self) -> int:
+        return self.controller.window or self.explorers
+
+
+def _one_line(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif first["type"] == "missing":
+        msg = "required"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    shown = first.get("input")
+    tail = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(shown, dict) else f" (got {shown!r})"
+    return f"{loc or 'pipeline'}: {msg}{tail}"
+
+
+def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | None = None) -> Pipeline:
+    """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""
+    if not isinstance(data, dict):
+        raise PipelineError(f"{source}: must be a mapping of fields, got {type(data).__name__}")
+    data = _apply_overrides(data, overrides or {})
+    try:
+        pipeline = Pipeline.model_validate(data)
+    except PipelineError:
+        raise
+    except ValidationError as err:
+        raise PipelineError(_one_line(err)) from None
+    from tianji_dask.envs import check_env_id
+
+    try:
+        check_env_id(pipeline.env.id)
+    except ValueError as err:
+        raise PipelineError(f"env.id: {err}") from None
+    return pipeline
+
+
+def _apply_overrides(data: dict, overrides: dict) -> dict:
+    import copy
+
+    data = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PipelineError(f"{dotted}: cannot set inside a non-mapping")
+        node[leaf] = value
+    return data
+
+
+def load_pipeline(path: str | os.PathLike, overrides: dict | None = None) -> Pipeline:
+    """Load a pipeline YAML file (``yaml.safe_load``) or a bundled pipeline name like
+    ``cartpole_ppo``."""
+    p = resolve_pipeline_path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise PipelineError(f"pipeline: cannot read {str(path)!r}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "malformed YAML"
+        raise PipelineError(f"pipeline: malformed YAML in {p.name}{where}: {problem}") from None
+    return parse_pipeline(data, source=p.name, overrides=overrides)
+
+
+def bundled_pipelines_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "pipelines"
+
+
+def resolve_pipeline_path(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if p.exists() or p.suffix in (".yaml", ".yml") or os.sep in str(path):
+        if not p.exists():
+            raise PipelineError(f"pipeline: file {str(path)!r} does not exist")
+        return p
+    bundled = bundled_pipelines_dir() / f"{path}.yaml"
+    if bundled.exists():
+        return bundled
+    names = sorted(q.stem for q in bundled_pipelines_dir().glob("*.yaml"))
+    raise PipelineError(f"pipeline: {str(path)!r} is neither a file nor a bundled pipeline ({', '.join(names)})")

@@ -1,0 +1,158 @@
+"""The learner's books: consumed chunks, episodes, updates, stop conditions, results.
+
+Dask-free, so the single-process mode and the Learner actor keep exactly the same books.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+
+from tianji_dask.metrics import CHUNK_FIELDS, staleness_summary, time_to_solve
+
+
+class Ledger:
+    def __init__(self, stop, *, t_run_start: float, t_process_start: float, explorer_workers: int = 1):
+        self.stop = stop
+        self.t_run_start = t_run_start
+        self.t_process_start = t_process_start
+        self.explorer_workers = explorer_workers
+        self.episodes: list[tuple[float, float, float, int]] = []
+        self.chunk_rows: list[tuple] = []
+        self.lost: list[dict] = []
+        self.env_steps = 0
+        self.env_steps_used = 0
+        self.updates = 0
+        self.samples_trained = 0
+        self.learn_s = 0.0
+        self.explore_s = 0.0
+        self.bytes = 0
+        self.last_metrics: dict[str, float] = {}
+        self._recent_returns: deque[float] = deque(maxlen=stop.window)
+        self.solved_online_at: float | None = None
+        self.stop_reason: str | None = None
+        self.t_end: float | None = None
+
+    # ---- recording ----------------------------------------------------------------------
+    def consume(self, chunk: dict, version: int, kept_steps: int, t_consumed: float | None = None) -> tuple[int, float]:
+        """Record one consumed chunk; returns (staleness_versions, age_s)."""
+        t_consumed = time.time() if t_consumed is None else t_consumed
+        staleness = version - chunk["policy_version"]
+        age_s = max(0.0, t_consumed - chunk["t_end"])
+        self.chunk_rows.append((
+            t_consumed, chunk["explorer_id"], chunk["policy_version"], version, staleness, age_s,
+            chunk["env_steps"], chunk["nbytes"], chunk["t_start"], chunk["t_end"],
+        ))
+        self.env_steps += chunk["env_steps"]
+        self.env_steps_used += kept_steps
+        self.bytes += chunk["nbytes"]
+        self.explore_s += chunk["t_end"] - chunk["t_start"]
+        eps = chunk["episodes"]
+        if len(eps):
+            for t_end, ret, length in eps[np.argsort(eps[:, 0])]:
+                self.episodes.append((float(t_end), float(ret), float(length), chunk["explorer_id"]))
+                self._recent_returns.append(float(ret))
+            target = self.stop.target_return
+            if (self.solved_online_at is None and target is not None
+                    and len(self._recent_returns) == self.stop.window
+                    and sum(self._recent_returns) / self.stop.window >= target):
+                self.solved_online_at = t_consumed
+        return staleness, age_s
+
+    def record_lost(self, key: str, explorer_id: int, reason: str) -> None:
+        self.lost.append({"key": key, "explorer_id": explorer_id, "reason": reason})
+
+    def record_update(self, metrics: dict, seconds: float) -> None:
+        self.updates += 1
+        self.learn_s += seconds
+        self.samples_trained += int(metrics.get("samples", 0))
+        self.last_metrics = metrics
+
+    # ---- stopping -----------------------------------------------------------------------
+    def check_stop(self, now: float | None = None) -> str | None:
+        if self.stop_reason:
+            return self.stop_reason
+        now = time.time() if now is None else now
+        s = self.stop
+        if s.on_solve and self.solved_online_at is not None:
+            self.stop_reason = "solved"
+        elif s.max_env_steps and self.env_steps >= s.max_env_steps:
+            self.stop_reason = "max_env_steps"
+        elif s.max_updates and self.updates >= s.max_updates:
+            self.stop_reason = "max_updates"
+        elif s.max_seconds and now - self.t_run_start >= s.max_seconds:
+            self.stop_reason = "max_seconds"
+        return self.stop_reason
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        self.stop_reason = self.stop_reason or reason
+
+    # ---- reading ------------------------------------------------------------------------
+    def mean_return(self) -> float | None:
+        return sum(self._recent_returns) / len(self._recent_returns) if self._recent_returns else None
+
+    def status(self, version: int, now: float | None = None) -> dict:
+        now = time.time() if now is None else now
+        wall = max(now - self.t_run_start, 1e-9)
+        recent = self.chunk_rows[-50:]
+        return {
+            "version": version,
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "episodes": len(self.episodes),
+            "mean_return": self.mean_return(),
+            "elapsed_s": wall,
+            "env_steps_per_s": self.env_steps / wall,
+            "staleness_recent_mean": (sum(r[4] for r in recent) / len(recent)) if recent else None,
+            "solved": self.solved_online_at is not None,
+            "stop_reason": self.stop_reason,
+            "chunks_lost": len(self.lost),
+        }
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        episodes = np.asarray(self.episodes, dtype=np.float64).reshape(-1, 4)
+        chunks = np.asarray(self.chunk_rows, dtype=np.float64).reshape(-1, len(CHUNK_FIELDS))
+        return episodes, chunks
+
+    def results(self, version: int, extra: dict | None = None) -> dict:
+        t_end = self.t_end or time.time()
+        wall = max(t_end - self.t_run_start, 1e-9)
+        episodes, chunks = self.arrays()
+        target = self.stop.target_return
+        solved_at = time_to_solve(episodes, target, self.stop.window) if target is not None else None
+        staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")] if len(chunks) else np.zeros(0)
+        ages = chunks[:, CHUNK_FIELDS.index("age_s")] if len(chunks) else np.zeros(0)
+        res = {
+            "solved": solved_at is not None,
+            "target_return": target,
+            "time_to_solve_s": None if solved_at is None else solved_at - self.t_run_start,
+            "time_to_solve_from_process_start_s": None if solved_at is None else solved_at - self.t_process_start,
+            "stop_reason": self.stop_reason,
+            "wall_s": wall,
+            "env_steps": self.env_steps,
+            "env_steps_trained": self.env_steps_used,
+            "updates": self.updates,
+            "final_version": version,
+            "episodes": len(episodes),
+            "final_mean_return": self.mean_return(),
+            "env_steps_per_s": self.env_steps / wall,
+            "samples_per_s_consumed": self.samples_trained / wall,
+            "chunks": len(chunks),
+            "chunks_per_s": len(chunks) / wall,
+            "bytes_per_s": self.bytes / wall,
+            "chunks_lost": len(self.lost),
+            "lost": self.lost[:100],
+            "learner_busy_fraction": self.learn_s / wall,
+            "explorer_busy_fraction": self.explore_s / (wall * max(self.explorer_workers, 1)),
+            "staleness_versions": staleness_summary(staleness),
+            "age_s": {
+                "mean": float(ages.mean()) if ages.size else None,
+                "p95": float(np.percentile(ages, 95)) if ages.size else None,
+                "max": float(ages.max()) if ages.size else None,
+            },
+            "last_update_metrics": self.last_metrics,
+        }
+        res.update(extra or {})
+        return res

@@ -1,0 +1,76 @@
+"""Measurement: time-to-solve by TianJi's rule, staleness summaries, results files (no Dask)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+EPISODE_FIELDS = ("t_end", "return", "length", "explorer_id")
+CHUNK_FIELDS = (
+    "t_consumed", "explorer_id", "policy_version", "consumed_version", "staleness_versions",
+    "age_s", "env_steps", "nbytes", "t_start", "t_end",
+)
+
+
+def time_to_solve(episodes: np.ndarray, target: float, window: int = 100) -> float | None:
+    """TianJi's rule: pool every training episode from every explorer, sort by end time, and
+    return the first end time at which the mean of the last ``window`` returns is ≥ ``target``
+    (None if never). ``episodes`` rows are (t_end, return, ...)."""
+    if len(episodes) < window:
+        return None
+    order = np.argsort(episodes[:, 0], kind="stable")
+    t_end, returns = episodes[order, 0], episodes[order, 1]
+    csum = np.concatenate([[0.0], np.cumsum(returns)])
+    means = (csum[window:] - csum[:-window]) / window  # means[i] = mean of returns[i : i+window]
+    hit = np.flatnonzero(means >= target)
+    return float(t_end[hit[0] + window - 1]) if hit.size else None
+
+
+def staleness_summary(staleness: np.ndarray) -> dict:
+    if staleness.size == 0:
+        return {"mean": None, "p95": None, "max": None, "hist": {}}
+    values, counts = np.unique(staleness.astype(np.int64), return_counts=True)
+    return {
+        "mean": float(staleness.mean()),
+        "p95": float(np.percentile(staleness, 95)),
+        "max": int(staleness.max()),
+        "hist": {str(int(v)): int(c) for v, c in zip(values, counts)},
+    }
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarray, chunks: np.ndarray) -> Path:
+    """Write results.json, episodes.csv and chunks.csv into ``out_dir`` (each atomically)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def rows(fields, table):
+        def write(fh):
+            w = csv.writer(fh)
+            w.writerow(fields)
+            w.writerows(table.tolist())
+        return write
+
+    _atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
+    _atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
+    _atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
+    return out / "results.json"
+
+
+def read_episodes(out_dir: str | os.PathLike) -> np.ndarray:
+    return np.loadtxt(Path(out_dir) / "episodes.csv", delimiter=",", skiprows=1, ndmin=2)

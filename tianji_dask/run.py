@@ -1,0 +1,208 @@
+"""The Run handle: what a notebook or the CLI holds while training goes on."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from tianji_dask.algos import make_algorithm
+from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
+from tianji_dask.envs import env_spaces
+from tianji_dask.metrics import write_results
+
+
+def _process_start() -> float:
+    return psutil.Process(os.getpid()).create_time()
+
+
+class Run:
+    """One training run.
+
+    ``pipeline``: a Pipeline, a dict, a YAML path or a bundled name (``"cartpole_ppo"``).
+    ``client``: a connected ``distributed.Client``; when None (and the pipeline does not name a
+    scheduler) an embedded LocalCluster is started and closed with the run.
+    ``overrides``: dotted pipeline fields, e.g. ``{"mode": "lockstep", "stop.max_seconds": 60}``.
+    """
+
+    def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None):
+        if isinstance(pipeline, Pipeline):
+            if overrides:
+                pipeline = parse_pipeline(pipeline.model_dump(), overrides=overrides)
+        elif isinstance(pipeline, dict):
+            pipeline = parse_pipeline(pipeline, overrides=overrides)
+        else:
+            pipeline = load_pipeline(pipeline, overrides=overrides)
+        self.pipeline: Pipeline = pipeline
+        self.run_id = uuid.uuid4().hex[:8]
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.out = Path(out) if out is not None else Path("runs") / f"{pipeline.name}-{pipeline.mode}-{stamp}-{self.run_id}"
+        if self.out.exists() and any(self.out.iterdir()):
+            raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
+        self.client = client
+        self.cluster = None
+        self._own_client = False
+        self._learner = None
+        self._learner_future = None
+        self._single = None
+        self._single_thread = None
+        self._single_final = None
+        self._final: dict | None = None
+        self.results: dict | None = None
+        self.dashboard_link: str | None = None
+        self.t_process_start = _process_start()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def _spec(self, explorer_workers: int) -> dict:
+        p = self.pipeline
+        obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
+        make_algo = functools.partial(make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed)
+        chunks_per_update = make_algo().chunks_per_update()
+        window = p.window if p.mode == "relaxed" else p.explorers
+        if window < min(chunks_per_update, p.explorers):
+            raise PipelineError(
+                f"controller.window: must be >= {chunks_per_update} (the chunks one {p.algo.name} update needs); "
+                f"a smaller window deadlocks"
+            )
+        return {
+            "run_id": self.run_id, "mode": p.mode, "explorers": p.explorers, "chunk_steps": p.chunk_steps,
+            "window": window, "publish_every": p.learner.publish_every, "threads": p.learner.threads,
+            "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
+            "make_algo": make_algo,
+        }
+
+    def start(self) -> "Run":
+        p = self.pipeline
+        if p.mode == "single":
+            from tianji_dask.single import SingleProcessRun
+
+            self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env.kwargs, p.seed)
+            self._single_thread = threading.Thread(target=self._run_single, name="tianji-single", daemon=True)
+            self._single_thread.start()
+            return self
+        from distributed import Client
+
+        from tianji_dask.cluster import check_roles, default_explorer_workers, local_cluster, stop_active_memory_manager
+        from tianji_dask.dataflow.controller import StalenessController
+        from tianji_dask.dataflow.explorer import EnvPool
+        from tianji_dask.dataflow.learner import Learner
+
+        explorer_workers = p.cluster.explorer_workers or default_explorer_workers(p.explorers)
+        if self.client is None:
+            if p.cluster.kind == "address":
+                self.client = Client(p.cluster.address)
+            else:
+                self.cluster = local_cluster(explorer_workers, p.cluster.dashboard_address)
+                self.client = Client(self.cluster)
+            self._own_client = True
+        client = self.client
+        counts = check_roles(client, explorer_workers=None)
+        explorer_workers = counts["EXPLORER"]
+        stop_active_memory_manager(client)
+        spec = self._spec(explorer_workers)
+        client.register_plugin(StalenessController(spec["window"]), name="tianji")
+        client.register_plugin(
+            EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed), name="tianji-envs"
+        )
+        self.dashboard_link = client.dashboard_link
+        self._learner_future = client.submit(
+            Learner, spec, actor=True, resources={"LEARNER": 1}, key=f"tianji-learner-{self.run_id}"
+        )
+        self._learner = self._learner_future.result()
+        return self
+
+    def _run_single(self) -> None:
+        self._single_final = self._single.run()
+
+    def status(self) -> dict:
+        if self._single is not None:
+            status = self._single.status()
+            status["done"] = self._single_final is not None
+            return status
+        if self._learner is None:
+            return {"done": False}
+        return dict(self._learner.status().result(timeout=30))
+
+    def controller_state(self, history: bool = False) -> dict:
+        return self.client.sync(self.client.scheduler.tianji_state, history=history)
+
+    def stop(self) -> None:
+        if self._single is not None:
+            self._single.stop()
+        elif self._learner is not None:
+            self._learner.stop().result(timeout=30)
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
+        """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
+        if self.results is not None:
+            return self.results
+        deadline = None if timeout is None else time.time() + timeout
+        stopped = False
+        while True:
+            status = self.status()
+            if on_status is not None:
+                on_status(status)
+            if status.get("done"):
+                if self._single is None:
+                    self._final = self._learner.final().result(timeout=60)
+                break
+            if deadline is not None and time.time() > deadline and not stopped:
+                self.stop()
+                stopped = True
+            time.sleep(poll_s)
+        return self._write()
+
+    def _write(self) -> dict:
+        final = self._single_final if self._single is not None else self._final
+        results = dict(final["results"])
+        p = self.pipeline
+        results.update(
+            run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.name, seed=p.seed,
+            explorers=p.explorers, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
+            pipeline_config=p.model_dump(mode="json"),
+        )
+        if self._single is None:
+            results["controller"] = self._controller_final()
+        self.results_path = write_results(self.out, results, final["episodes"], final["chunks"])
+        self.results = results
+        self.close()
+        return results
+
+    def _controller_final(self, settle_s: float = 5.0) -> dict:
+        # cancelled explorer tasks return their credits when the scheduler forgets them
+        deadline = time.time() + settle_s
+        state = self.controller_state(history=True)
+        while state["chunks_in_flight"] and time.time() < deadline:
+            time.sleep(0.05)
+            state = self.controller_state(history=True)
+        return state
+
+    def close(self) -> None:
+        if self._own_client and self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def train(pipeline, client=None, *, out=None, timeout: float | None = None, overrides: dict | None = None) -> dict:
+    """One call: start a run, wait for it, return its results (also written to ``run.out``)."""
+    run = Run(pipeline, client, out=out, overrides=overrides)
+    try:
+        run.start()
+        return run.wait(timeout=timeout)
+    finally:
+        run.close()

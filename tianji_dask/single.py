@@ -1,0 +1,60 @@
+"""The single-process mode: the same rollout, algorithm and ledger, no Dask at all."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tianji_dask.dataflow.ledger import Ledger
+from tianji_dask.rollout import Rollout
+from tianji_dask.torch_setup import prepare_torch
+
+
+class SingleProcessRun:
+    """Explorers take turns stepping their envs with the learner's own (always fresh) policy."""
+
+    def __init__(self, spec: dict, env_id: str, num_envs: int, env_kwargs: dict, seed: int):
+        prepare_torch(spec["threads"])
+        self.spec = spec
+        self.algo = spec["make_algo"]()
+        self.rollouts = [
+            Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs) for i in range(spec["explorers"])
+        ]
+        self.version = 0
+        self._stop = threading.Event()
+        self.t_run_start = time.time()
+        self.ledger = Ledger(spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"])
+        self.error: str | None = None
+
+    def run(self) -> dict:
+        import traceback
+
+        algo, ledger = self.algo, self.ledger
+        try:
+            while not self._stop.is_set() and ledger.check_stop() is None:
+                for eid, rollout in enumerate(self.rollouts):
+                    explore = algo.exploration(ledger.env_steps, self.version)
+                    chunk = rollout.run(algo, self.spec["chunk_steps"], explore, policy_version=self.version, explorer_id=eid)
+                    kept = algo.ingest(chunk, self.version - chunk["policy_version"])
+                    ledger.consume(chunk, self.version, kept)
+                    while algo.ready():
+                        t0 = time.perf_counter()
+                        metrics = algo.learn()
+                        ledger.record_update(metrics, time.perf_counter() - t0)
+                        self.version += 1
+        except BaseException:  # noqa: BLE001 - reported in the results
+            self.error = traceback.format_exc()
+            ledger.request_stop("error")
+        finally:
+            for rollout in self.rollouts:
+                rollout.close()
+        ledger.request_stop("stopped")
+        ledger.t_end = time.time()
+        episodes, chunks = ledger.arrays()
+        return {"results": ledger.results(self.version, extra={"error": self.error}), "episodes": episodes, "chunks": chunks}
+
+    def status(self) -> dict:
+        return self.ledger.status(self.version)
+
+    def stop(self) -> None:
+        self._stop.set()
