@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import QNetwork, check_spaces, load_weights, seeded_init, weights_of
+from tianji_dask.algos.models import Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, weights_of
 from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
 
 
@@ -85,13 +85,10 @@ class DQN(Algorithm):
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         eps = float(explore.get("epsilon", 0.0))
         n = len(obs)
-        with torch.no_grad():
-            q = self.q(torch.as_tensor(obs, dtype=torch.float32))
-        actions = q.argmax(dim=1).numpy()
+        actions = self.q.numpy_forward(obs).argmax(axis=1)
         if eps > 0.0:
             rand = self.rng.random(n) < eps
             if rand.any():
-                actions = actions.copy()
                 actions[rand] = self.rng.integers(0, self.n_actions, size=int(rand.sum()))
         return actions, {}
 
@@ -127,7 +124,8 @@ class DQN(Algorithm):
         return 1
 
     def _make_optimizer(self) -> None:
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+        self.optimizer = Adam(self.q.parameters(), self.config.lr, eps=self.config.adam_eps)
+        self.params = list(self.q.parameters())
 
     def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
         """r + discount * Q_target(s', a*) with a* = argmax of the online (double-Q) or target net."""
@@ -167,10 +165,10 @@ class DQN(Algorithm):
         batch["obs"] = batch["obs"].float()
         batch["next_obs"] = batch["next_obs"].float()
         loss, q = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if c.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.q.parameters(), c.max_grad_norm)
+            clip_grad_norm(self.params, c.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
         self.update_credit -= 1.0

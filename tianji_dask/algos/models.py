@@ -44,6 +44,45 @@ def mlp(in_dim: int, hidden: Sequence[int], activation: str = "relu", ortho: boo
     return nn.Sequential(*layers)
 
 
+class NumpyMLP:
+    """Inference of a chain of Linear/ReLU/Tanh modules in numpy, reading the torch parameters
+    through zero-copy views (so in-place updates, ``load_state_dict`` and optimiser steps are
+    seen at once). For the small batches of the env-stepping loop this is about twice as fast as
+    a torch forward pass, whose per-op overhead dominates there."""
+
+    def __init__(self, *modules: nn.Module):
+        self.layers: list[tuple] = []
+        for m in modules:
+            for layer in (m if isinstance(m, nn.Sequential) else [m]):
+                if isinstance(layer, nn.Linear):
+                    self.layers.append(("linear", layer.weight.detach().numpy().T, layer.bias.detach().numpy()))
+                elif isinstance(layer, nn.ReLU):
+                    self.layers.append(("relu",))
+                elif isinstance(layer, nn.Tanh):
+                    self.layers.append(("tanh",))
+                else:
+                    raise TypeError(f"NumpyMLP: unsupported layer {layer}")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.layers and self.layers[0][0] != "linear":
+            x = x.copy()  # activations work in place: never on the caller's array
+        for layer in self.layers:
+            if layer[0] == "linear":
+                x = x @ layer[1]
+                x += layer[2]
+            elif layer[0] == "relu":
+                np.maximum(x, 0.0, out=x)
+            else:
+                np.tanh(x, out=x)
+        return x
+
+
+def as_batch(obs) -> np.ndarray:
+    """Observations as a float32 [B, obs_dim] array (no copy when they already are)."""
+    obs = np.asarray(obs, dtype=np.float32)
+    return obs.reshape(len(obs), -1)
+
+
 class QNetwork(nn.Module):
     """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
 
@@ -53,6 +92,7 @@ class QNetwork(nn.Module):
         self.trunk = mlp(obs_dim, hidden, activation)
         width = hidden[-1] if hidden else obs_dim
         self.dueling = dueling
+        self._np = None  # numpy views for numpy_forward, made on first use
         if dueling:
             self.value = nn.Linear(width, 1)
             self.advantage = nn.Linear(width, n_actions)
@@ -66,6 +106,24 @@ class QNetwork(nn.Module):
             return self.value(h) + adv - adv.mean(dim=1, keepdim=True)
         return self.head(h)
 
+    def __getstate__(self):
+        # numpy views would be pickled as copies, detached from the parameters: rebuild them
+        return {**self.__dict__, "_np": None}
+
+    def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
+        """``forward`` in numpy, for acting (see NumpyMLP)."""
+        if self._np is None:
+            if self.dueling:
+                self._np = (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage))
+            else:
+                self._np = (NumpyMLP(self.trunk, self.head),)
+        if not self.dueling:
+            return self._np[0](as_batch(obs))
+        trunk, value, advantage = self._np
+        h = trunk(as_batch(obs))
+        adv = advantage(h)
+        return value(h) + adv - adv.mean(axis=1, keepdims=True)
+
 
 class ActorCritic(nn.Module):
     """Categorical policy logits and state values, with separate trunks (CleanRL's default) or a
@@ -76,6 +134,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         width = hidden[-1] if hidden else obs_dim
         self.shared = shared
+        self._np_actor = None  # numpy views for numpy_logits, made on first use
         self.actor_trunk = mlp(obs_dim, hidden, activation, ortho=True)
         self.critic_trunk = None if shared else mlp(obs_dim, hidden, activation, ortho=True)
         self.actor_head = layer_init(nn.Linear(width, n_actions), gain=0.01)
@@ -83,6 +142,16 @@ class ActorCritic(nn.Module):
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor_head(self.actor_trunk(obs.flatten(1)))
+
+    def __getstate__(self):
+        # numpy views would be pickled as copies, detached from the parameters: rebuild them
+        return {**self.__dict__, "_np_actor": None}
+
+    def numpy_logits(self, obs: np.ndarray) -> np.ndarray:
+        """``logits`` in numpy, for acting (see NumpyMLP)."""
+        if self._np_actor is None:
+            self._np_actor = NumpyMLP(self.actor_trunk, self.actor_head)
+        return self._np_actor(as_batch(obs))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         trunk = self.actor_trunk if self.shared else self.critic_trunk
@@ -94,6 +163,63 @@ class ActorCritic(nn.Module):
         h = self.actor_trunk(obs)
         hv = h if self.shared else self.critic_trunk(obs)
         return self.actor_head(h), self.critic_head(hv).squeeze(-1)
+
+
+class Adam:
+    """Adam, as torch.optim.Adam with its default options (no weight decay, no amsgrad), in a
+    handful of multi-tensor ops.
+
+    Written out because constructing any torch.optim optimizer imports torch._dynamo on first
+    use, which costs seconds of start-up: a large share of a CartPole run's time to solve.
+    """
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.betas, self.eps = float(lr), betas, float(eps)
+        self.steps = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        self.steps += 1
+        grads = [p.grad for p in self.params]
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(self.exp_avg_sq, beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - beta2)
+        bias_correction1 = 1 - beta1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        denom = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denom, bias_correction2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(self.params, self.exp_avg, denom, -self.lr / bias_correction1)
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "lr": self.lr, "betas": tuple(self.betas), "eps": self.eps,
+                "exp_avg": [t.clone() for t in self.exp_avg], "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["exp_avg"]) != len(self.params):
+            raise ValueError("optimizer state does not match the parameters")
+        self.steps = int(state["steps"])
+        self.lr, self.betas, self.eps = float(state["lr"]), tuple(state["betas"]), float(state["eps"])
+        with torch.no_grad():
+            torch._foreach_copy_(self.exp_avg, state["exp_avg"])
+            torch._foreach_copy_(self.exp_avg_sq, state["exp_avg_sq"])
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale gradients in place so their global L2 norm is at most ``max_norm``; returns the
+    norm before clipping. Same result as torch.nn.utils.clip_grad_norm_, with fewer ops."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
+    return total
 
 
 def seeded_init(seed: int, build):

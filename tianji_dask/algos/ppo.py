@@ -2,8 +2,10 @@
 
 Data arrives as chunks ("segments") from explorers. ``ingest`` keeps segments whose behaviour
 policy is at most ``max_policy_lag`` versions old (their stored log-probabilities make the
-clipped ratio correct) and drops older ones. Once ``segments_per_batch`` are in, ``learn()`` runs
-one full PPO iteration (all epochs x minibatches) over them and clears them: one version.
+clipped ratio correct) and drops older ones, counting them in ``dropped_segments``. Once
+``segments_per_batch`` are in, ``learn()`` runs one full PPO iteration (all epochs x
+minibatches) over the first ``segments_per_batch`` of them: one version. Any surplus waits for
+the next batch, and is dropped there too if the update made it too old.
 
 Values are not carried in chunks: ``learn()`` evaluates the current critic on every frame of a
 segment, which gives V(obs[t]), the bootstrap value after a truncation (the true final
@@ -20,7 +22,7 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import ActorCritic, check_spaces, load_weights, seeded_init, weights_of
+from tianji_dask.algos.models import ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, seeded_init, weights_of
 from tianji_dask.dataflow.chunk import extras
 
 
@@ -80,7 +82,8 @@ class PPO(Algorithm):
         self.actor_keys = [k for k in self.net.state_dict() if not k.startswith(("critic_trunk", "critic_head"))]
         self.optimizer = None  # learner side only: made on first learn()
         self.rng = np.random.default_rng(seed)
-        self.segments: list[dict] = []  # collected for the next batch
+        self.segments: list[dict] = []  # collected for the next batch, in arrival order
+        self.segment_versions: list[int] = []
         self.updates = 0
         self.dropped_segments = 0  # too stale to use
         self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
@@ -89,9 +92,9 @@ class PPO(Algorithm):
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
         extra ``logprob`` is the behaviour log-probability the clipped ratio needs."""
-        with torch.no_grad():
-            logits = self.net.logits(torch.as_tensor(obs, dtype=torch.float32))
-            logp_all = torch.log_softmax(logits, dim=1).numpy()
+        logits = self.net.numpy_logits(obs)
+        logits -= logits.max(axis=1, keepdims=True)
+        logp_all = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         if explore.get("greedy", False):
             actions = logp_all.argmax(axis=1)
         else:  # inverse-CDF sampling
@@ -115,8 +118,16 @@ class PPO(Algorithm):
         if "logprob" not in extras(chunk):
             raise ValueError("PPO: chunk has no extra_logprob (was it collected by PPO.act?)")
         self.segments.append(chunk)
+        self.segment_versions.append(self.updates - staleness)  # behaviour version, our counting
         self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
         return int(chunk["env_steps"])
+
+    def _drop_stale(self) -> None:
+        """Segments left over for the next batch age by one version per update."""
+        keep = [self.updates - v <= self.config.max_policy_lag for v in self.segment_versions]
+        self.dropped_segments += keep.count(False)
+        self.segments = [s for s, k in zip(self.segments, keep) if k]
+        self.segment_versions = [v for v, k in zip(self.segment_versions, keep) if k]
 
     def ready(self) -> bool:
         return len(self.segments) >= self.config.segments_per_batch
@@ -132,7 +143,8 @@ class PPO(Algorithm):
         return self.config.segments_per_batch * max(1, self._steps_per_segment)
 
     def _make_optimizer(self) -> None:
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+        self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)
+        self.params = list(self.net.parameters())
 
     def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
         """Valid steps of all segments, flattened, with advantages and returns from the current
@@ -203,7 +215,9 @@ class PPO(Algorithm):
         c = self.config
         if self.optimizer is None:
             self._make_optimizer()
-        segments, self.segments = self.segments, []
+        k = c.segments_per_batch
+        segments, self.segments = self.segments[:k], self.segments[k:]
+        self.segment_versions = self.segment_versions[k:]
         batch = self.build_batch(segments)
         B = len(batch["actions"])
         totals: dict[str, torch.Tensor] = {}
@@ -213,15 +227,16 @@ class PPO(Algorithm):
             for mb_inds in torch.tensor_split(perm, min(c.num_minibatches, B)):
                 mb = {k: v[mb_inds] for k, v in batch.items()}
                 loss, stats = self.loss(mb)
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad()
                 loss.backward()
                 if c.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
+                    clip_grad_norm(self.params, c.max_grad_norm)
                 self.optimizer.step()
                 for k, v in stats.items():
                     totals[k] = totals[k] + v if k in totals else v
                 n_minibatches += 1
         self.updates += 1
+        self._drop_stale()
         metrics = {k: float(v) / n_minibatches for k, v in totals.items()}
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
                        segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
@@ -248,4 +263,4 @@ class PPO(Algorithm):
         self.updates = int(state["updates"])
         self.dropped_segments = int(state["dropped_segments"])
         self.rng.bit_generator.state = state["rng"]
-        self.segments = []
+        self.segments, self.segment_versions = [], []
