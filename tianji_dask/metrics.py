@@ -12,7 +12,7 @@ import numpy as np
 
 EPISODE_FIELDS = ("t_end", "return", "length", "explorer_id")
 CHUNK_FIELDS = (
-    "t_consumed", "explorer_id", "policy_version", "consumed_version", "staleness_versions",
+    "t_consumed", "explorer_id", "submit_version", "policy_version", "consumed_version", "staleness_versions",
     "age_s", "env_steps", "nbytes", "t_start", "t_end",
 )
 

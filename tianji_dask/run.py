@@ -57,19 +57,24 @@ class Run:
         self.results: dict | None = None
         self.dashboard_link: str | None = None
         self.t_process_start = _process_start()
+        self._check()
 
     # ---- lifecycle ------------------------------------------------------------------------
-    def _spec(self, explorer_workers: int) -> dict:
+    def _check(self) -> None:
+        """Build the algorithm once on the client: errors surface before any cluster starts."""
         p = self.pipeline
         obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
-        make_algo = functools.partial(make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed)
-        chunks_per_update = make_algo().chunks_per_update()
+        self._make_algo = functools.partial(
+            make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed
+        )
+        # Credits come back when the learner *receives* a chunk, not when it trains on it, so a
+        # window smaller than the chunks one update needs is slow but cannot deadlock.
+        self._make_algo()  # fail here, before a cluster starts, if the algorithm can't be built
+
+    def _spec(self, explorer_workers: int) -> dict:
+        p = self.pipeline
+        make_algo = self._make_algo
         window = p.window if p.mode == "relaxed" else p.explorers
-        if window < min(chunks_per_update, p.explorers):
-            raise PipelineError(
-                f"controller.window: must be >= {chunks_per_update} (the chunks one {p.algo.name} update needs); "
-                f"a smaller window deadlocks"
-            )
         return {
             "run_id": self.run_id, "mode": p.mode, "explorers": p.explorers, "chunk_steps": p.chunk_steps,
             "window": window, "publish_every": p.learner.publish_every, "threads": p.learner.threads,

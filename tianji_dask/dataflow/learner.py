@@ -46,7 +46,7 @@ class Learner:
         self._published_version = -1
         self._status: dict = {}
         self._final: dict | None = None
-        self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id)
+        self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version)
         self._client.sync(
             self._client.scheduler.tianji_begin, run_id=self.run_id, window=spec["window"],
             learner_address=self._worker.address,
@@ -105,14 +105,14 @@ class Learner:
             must_wait = (lockstep and round_open) or (not algo.ready() and not idle)
             batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
             for fut, chunk in batch:
-                _, eid = self._in_flight.pop(fut.key)
+                _, eid, submit_version = self._in_flight.pop(fut.key)
                 idle.append(eid)
                 reported_futs.append(fut)
                 if fut.status != "finished":
                     ledger.record_lost(fut.key, eid, f"{type(chunk).__name__}: {chunk}")
                     continue
                 kept = algo.ingest(chunk, self.version - chunk["policy_version"])
-                staleness, age_s = ledger.consume(chunk, self.version, kept)
+                staleness, age_s = ledger.consume(chunk, self.version, kept, submit_version=submit_version)
                 reports.append([fut.key, eid, chunk["env_steps"], chunk["nbytes"], staleness, age_s])
             del batch
 
@@ -144,7 +144,7 @@ class Learner:
                         explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore,
                         key=key, resources={"EXPLORER": 1}, pure=False,
                     )
-                    self._in_flight[key] = (fut, eid)
+                    self._in_flight[key] = (fut, eid, self.version)
                     ac.add(fut)
                 if lockstep and granted:
                     round_open = True
@@ -162,7 +162,7 @@ class Learner:
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version)
-        outstanding = [fut for fut, _ in self._in_flight.values()]
+        outstanding = [entry[0] for entry in self._in_flight.values()]
         for fut in outstanding:
             ledger.record_lost(fut.key, self._in_flight[fut.key][1], "cancelled at stop")
         if outstanding:

@@ -36,13 +36,18 @@ class Ledger:
         self.t_end: float | None = None
 
     # ---- recording ----------------------------------------------------------------------
-    def consume(self, chunk: dict, version: int, kept_steps: int, t_consumed: float | None = None) -> tuple[int, float]:
-        """Record one consumed chunk; returns (staleness_versions, age_s)."""
+    def consume(self, chunk: dict, version: int, kept_steps: int, *, submit_version: int | None = None,
+                t_consumed: float | None = None) -> tuple[int, float]:
+        """Record one consumed chunk; returns (staleness_versions, age_s).
+
+        ``submit_version``: the learner's version when the chunk's task was submitted (the
+        chunk's policy is at most ``publish_every - 1`` versions older than that)."""
         t_consumed = time.time() if t_consumed is None else t_consumed
         staleness = version - chunk["policy_version"]
         age_s = max(0.0, t_consumed - chunk["t_end"])
         self.chunk_rows.append((
-            t_consumed, chunk["explorer_id"], chunk["policy_version"], version, staleness, age_s,
+            t_consumed, chunk["explorer_id"], chunk["policy_version"] if submit_version is None else submit_version,
+            chunk["policy_version"], version, staleness, age_s,
             chunk["env_steps"], chunk["nbytes"], chunk["t_start"], chunk["t_end"],
         ))
         self.env_steps += chunk["env_steps"]
@@ -130,6 +135,8 @@ class Ledger:
             "time_to_solve_s": None if solved_at is None else solved_at - self.t_run_start,
             "time_to_solve_from_process_start_s": None if solved_at is None else solved_at - self.t_process_start,
             "stop_reason": self.stop_reason,
+            "t_run_start": self.t_run_start,
+            "t_process_start": self.t_process_start,
             "wall_s": wall,
             "env_steps": self.env_steps,
             "env_steps_trained": self.env_steps_used,

@@ -1,0 +1,79 @@
+"""The SampleChunk schema, on chunks a real gymnasium vector env produced."""
+
+import numpy as np
+import pytest
+
+from tianji_dask.dataflow.chunk import validate_chunk
+from tianji_dask.rollout import Rollout
+
+
+class RandomPolicy:
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs, explore):
+        n = len(obs)
+        return self.rng.integers(0, 2, n), {"logp": np.full(n, -0.69, np.float32)}
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    rollout = Rollout("CartPole-v1", num_envs=4, seed=3)
+    policy = RandomPolicy()
+    out = [rollout.run(policy, 100, {}, policy_version=v, explorer_id=7) for v in range(3)]
+    rollout.close()
+    return out
+
+
+def test_chunk_schema(chunks):
+    c = chunks[0]
+    validate_chunk(c)
+    assert c["obs"].shape == (101, 4, 4) and c["obs"].dtype == np.float32
+    assert c["actions"].shape == (100, 4)
+    assert c["extra_logp"].shape == (100, 4)
+    assert c["explorer_id"] == 7 and c["policy_version"] == 0
+    assert c["env_steps"] == int(c["valid"].sum())
+    assert c["nbytes"] == sum(v.nbytes for v in c.values() if isinstance(v, np.ndarray))
+    assert c["t_start"] <= c["t_end"]
+
+
+def test_reset_steps_are_not_transitions_and_episodes_add_up(chunks):
+    for c in chunks:
+        done = c["terminated"] | c["truncated"]
+        # the step after an episode ends is gymnasium's autoreset step: invalid, reward 0
+        assert not c["valid"][1:][done[:-1]].any()
+        assert (c["rewards"][~c["valid"]] == 0).all()
+    # random CartPole episodes end fast: every finished episode's return equals its length
+    episodes = np.concatenate([c["episodes"] for c in chunks])
+    assert len(episodes) > 10
+    np.testing.assert_array_equal(episodes[:, 1], episodes[:, 2])
+
+
+def test_episodes_continue_across_chunks(chunks):
+    # the next chunk starts from where the previous one stopped
+    np.testing.assert_array_equal(chunks[0]["obs"][-1], chunks[1]["obs"][0])
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("obs", np.zeros((101, 4, 4), np.float64), "chunk.obs: dtype"),
+        ("rewards", np.zeros((99, 4), np.float32), "chunk.rewards: must have leading shape"),
+        ("valid", np.zeros((100, 4), np.uint8), "chunk.valid: dtype must be bool"),
+        ("env_steps", 3, "chunk.env_steps"),
+        ("policy_version", -1, "chunk.policy_version"),
+        ("episodes", np.zeros((2, 2)), "chunk.episodes"),
+    ],
+)
+def test_schema_violations_are_named(chunks, field, value, message):
+    bad = dict(chunks[0])
+    bad[field] = value
+    with pytest.raises(ValueError, match=message):
+        validate_chunk(bad)
+
+
+def test_missing_field_is_named(chunks):
+    bad = dict(chunks[0])
+    del bad["t_end"]
+    with pytest.raises(ValueError, match="missing field 't_end'"):
+        validate_chunk(bad)

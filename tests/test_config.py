@@ -1,0 +1,138 @@
+"""Bad input: one line naming the field and what is allowed, exit 2, no traceback, nothing written."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tianji_dask.cli import main
+from tianji_dask.config import PipelineError, bundled_pipelines_dir, load_pipeline
+
+GOOD = {
+    "name": "t",
+    "env": {"id": "CartPole-v1", "num_envs": 4},
+    "algo": {"name": "dqn", "config": {"lr": 0.001}},
+    "explorers": 2,
+    "chunk_steps": 16,
+    "stop": {"target_return": 475, "max_seconds": 10},
+}
+
+
+def _write(tmp_path, data, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def _with(**changes):
+    import copy
+
+    data = copy.deepcopy(GOOD)
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        if value is ...:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in bundled_pipelines_dir().glob("*.yaml")))
+def test_bundled_pipelines_load(name):
+    pipeline = load_pipeline(name)
+    assert pipeline.name == name
+    pipeline.algo_config  # the algorithm's own hyperparameters validate too
+
+
+CASES = [
+    ("malformed yaml", "env: [CartPole\nalgo: {", "malformed YAML"),
+    ("not a mapping", "- 1\n- 2\n", "must be a mapping"),
+    ("unknown top-level key", _with(explorerz=3), "explorerz: unknown key"),
+    ("unknown nested key", _with(stop__targte=3), "stop.targte: unknown key"),
+    ("unknown algo hyperparameter", _with(algo__config__lrr=0.1), "algo.config.lrr: unknown key"),
+    ("wrong type", _with(explorers="many"), "explorers: "),
+    ("out of range", _with(explorers=0), "explorers: Input should be greater than or equal to 1"),
+    ("algo out of range", _with(algo__config__lr=-1.0), "algo.config.lr: Input should be greater than 0"),
+    ("unknown algorithm", _with(algo__name="sac"), "algo.name: must be one of dqn, ppo"),
+    ("bad mode", _with(mode="fast"), "mode: Input should be 'relaxed', 'lockstep' or 'single'"),
+    ("unknown env id", _with(env__id="CartPole-v9"), "env.id: unknown gymnasium id 'CartPole-v9' (did you mean"),
+    ("missing field", _with(env=...), "env: required"),
+    ("no stop condition", _with(stop={"window": 100}), "stop: give target_return or one of"),
+]
+
+
+@pytest.mark.parametrize("label,data,message", CASES, ids=[c[0] for c in CASES])
+def test_bad_pipeline_is_one_clear_line(tmp_path, capsys, label, data, message):
+    path = _write(tmp_path, data)
+    out = tmp_path / "out"
+    with pytest.raises(PipelineError) as err:
+        load_pipeline(path)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+    code = main(["train", str(path), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1 and message in captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "cartpole_dqn", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
+        (["train", "cartpole_dqn", "--explorers", "0"], "--explorers must be a whole number >= 1, got '0'"),
+        (["train", "cartpole_dqn", "--explorers", "two"], "--explorers must be a whole number >= 1"),
+        (["train", "cartpole_dqn", "--seed", "-3"], "--seed must be a whole number >= 0"),
+        (["train", "cartpole_dqn", "--max-seconds", "0"], "--max-seconds must be a number > 0"),
+        (["train", "cartpole_dqn", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train"], "the following arguments are required: pipeline"),
+        (["fly"], "invalid choice: 'fly'"),
+        (["train", "no/such/file.yaml"], "pipeline: file 'no/such/file.yaml' does not exist"),
+        (["train", "cartpole_xyz"], "is neither a file nor a bundled pipeline"),
+    ],
+)
+def test_bad_cli_input_is_one_clear_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    try:
+        code = main(argv + ["--out", str(out)] if argv[0] == "train" and len(argv) > 1 else argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1, captured.err
+    assert message in captured.err
+    assert not out.exists()
+
+
+def test_existing_nonempty_out_dir_is_refused_and_left_alone(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["train", "cartpole_dqn", "--out", str(out)]) == 2
+    assert "out: directory" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_cli_process_exits_2_without_traceback(tmp_path):
+    bad = _write(tmp_path, _with(env__id="NoSuchEnv-v0"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tianji_dask", "train", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "env.id: unknown gymnasium id" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_overrides_apply_and_validate():
+    p = load_pipeline("cartpole_ppo", overrides={"mode": "single", "explorers": 3, "stop.max_seconds": 5.0})
+    assert (p.mode, p.explorers, p.stop.max_seconds) == ("single", 3, 5.0)
+    with pytest.raises(PipelineError, match="explorers"):
+        load_pipeline("cartpole_ppo", overrides={"explorers": -1})

@@ -1,0 +1,143 @@
+"""Integration: real LocalCluster, real gymnasium, real torch. No mocks of Dask."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tianji_dask import Run
+from tianji_dask.metrics import CHUNK_FIELDS, read_episodes, time_to_solve
+
+COL = {name: i for i, name in enumerate(CHUNK_FIELDS)}
+# env-step budgets inside which the bundled pipelines must solve with seed 0
+PPO_BUDGET = 400_000
+DQN_BUDGET = 250_000
+
+
+def _chunks(out):
+    return np.loadtxt(out / "chunks.csv", delimiter=",", skiprows=1, ndmin=2)
+
+
+def _check_accounting(run, results):
+    """Every chunk granted a credit was consumed or reported lost, and no credit is left over."""
+    ctrl = results["controller"]
+    assert ctrl["chunks_in_flight"] == 0
+    returned = sum(ctrl["credits_returned"].values())
+    assert ctrl["credits_granted"] == returned
+    assert ctrl["credits_returned"]["consumed"] == results["chunks"]
+    assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
+    assert all(lost["reason"] == "cancelled at stop" for lost in results["lost"])
+    # the controller never let more chunks fly than its window
+    history = np.array(ctrl["history"])
+    assert (history[:, 2] <= history[:, 3]).all()
+
+
+def _check_staleness(run, results, chunks):
+    p = run.pipeline
+    staleness = chunks[:, COL["staleness_versions"]]
+    assert (staleness >= 0).all()
+    # a chunk's policy is at most publish_every - 1 versions older than the learner at submission
+    publish_lag = chunks[:, COL["submit_version"]] - chunks[:, COL["policy_version"]]
+    assert (publish_lag >= 0).all() and (publish_lag <= p.learner.publish_every - 1).all()
+    # the rest of the staleness is what the learner did while the chunk was in flight; with W
+    # chunks in flight it averages about W x updates-per-chunk (DESIGN: staleness vs window)
+    updates_per_chunk = results["updates"] / max(results["chunks"], 1)
+    assert staleness.mean() <= 2 * p.window * max(updates_per_chunk, 1) + p.learner.publish_every
+    assert results["staleness_versions"]["max"] == int(staleness.max())
+
+
+def _check_results_files(run, results):
+    out = run.out
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["time_to_solve_s"] == results["time_to_solve_s"]
+    episodes = read_episodes(out)
+    assert len(episodes) == results["episodes"]
+    # the reported time-to-solve is TianJi's rule applied to the episodes file
+    t_solved = time_to_solve(episodes, results["target_return"], 100)
+    assert results["solved"] == (t_solved is not None)
+    if results["solved"]:
+        assert t_solved - on_disk["t_run_start"] == pytest.approx(on_disk["time_to_solve_s"])
+        assert t_solved - on_disk["t_process_start"] == pytest.approx(on_disk["time_to_solve_from_process_start_s"])
+
+
+@pytest.mark.slow
+def test_relaxed_ppo_solves_cartpole(tianji_client, tmp_path):
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "ppo",
+              overrides={"stop.max_env_steps": PPO_BUDGET, "stop.max_seconds": 400})
+    results = run.start().wait()
+    assert results["error"] is None
+    assert results["solved"], f"not solved in {PPO_BUDGET} env steps: mean {results['final_mean_return']}"
+    assert results["env_steps"] <= PPO_BUDGET + run.pipeline.explorers * run.pipeline.chunk_steps * run.pipeline.env.num_envs
+    chunks = _chunks(run.out)
+    _check_accounting(run, results)
+    _check_staleness(run, results, chunks)
+    _check_results_files(run, results)
+    # relaxed on-policy: segments used are at most max_policy_lag versions old
+    assert results["staleness_versions"]["max"] >= 0
+
+
+@pytest.mark.slow
+def test_relaxed_dqn_solves_cartpole(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "dqn",
+              overrides={"stop.max_env_steps": DQN_BUDGET, "stop.max_seconds": 400})
+    results = run.start().wait()
+    assert results["error"] is None
+    assert results["solved"], f"not solved in {DQN_BUDGET} env steps: mean {results['final_mean_return']}"
+    chunks = _chunks(run.out)
+    _check_accounting(run, results)
+    _check_staleness(run, results, chunks)
+    _check_results_files(run, results)
+    assert results["learner_busy_fraction"] > 0
+
+
+def test_lockstep_waits_for_every_explorer_and_has_zero_staleness(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "lock",
+              overrides={"mode": "lockstep", "explorers": 3, "stop.max_env_steps": 12_000})
+    results = run.start().wait()
+    assert results["error"] is None and results["stop_reason"] == "max_env_steps"
+    chunks = _chunks(run.out)
+    # strict assignment: each round is one chunk from each explorer, all made by the same policy
+    # and trained on before the next broadcast, so nothing is ever stale
+    assert (chunks[:, COL["staleness_versions"]] == 0).all()
+    per_explorer = np.bincount(chunks[:, COL["explorer_id"]].astype(int), minlength=3)
+    assert per_explorer.max() - per_explorer.min() == 0
+    rounds = chunks[:, COL["policy_version"]].reshape(-1, 3)
+    assert (rounds == rounds[:, :1]).all()
+    _check_accounting(run, results)
+
+
+def test_single_mode_runs_without_dask(tmp_path):
+    run = Run("cartpole_ppo", out=tmp_path / "single", overrides={"mode": "single", "stop.max_env_steps": 8_000})
+    results = run.start().wait()
+    assert results["error"] is None and results["stop_reason"] == "max_env_steps"
+    assert "controller" not in results and run.client is None and run.cluster is None
+    assert results["updates"] >= 2
+    chunks = _chunks(run.out)
+    assert (chunks[:, COL["staleness_versions"]] == 0).all()
+    assert (tmp_path / "single" / "episodes.csv").exists()
+
+
+def test_ppo_window_below_batch_still_trains(tianji_client, tmp_path):
+    # one chunk in flight while an update needs two: slower, but credits return on receipt
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "w1",
+              overrides={"controller.window": 1, "stop.max_updates": 3, "stop.max_seconds": 120})
+    results = run.start().wait()
+    assert results["stop_reason"] == "max_updates" and results["updates"] == 3
+    history = np.array(results["controller"]["history"])
+    assert history[:, 2].max() <= 1
+
+
+def test_stop_from_outside_ends_run_and_keeps_results(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "stop", overrides={"stop.max_seconds": 300})
+    run.start()
+    import time
+
+    deadline = time.time() + 60
+    while run.status().get("env_steps", 0) < 2_000 and time.time() < deadline:
+        time.sleep(0.1)
+    run.stop()
+    results = run.wait(timeout=60)
+    assert results["stop_reason"] == "stopped"
+    assert results["env_steps"] >= 2_000
+    _check_accounting(run, results)
+    assert (run.out / "results.json").exists()

@@ -1,0 +1,5 @@
+import sys
+
+from tianji_dask.cli import main
+
+sys.exit(main())
