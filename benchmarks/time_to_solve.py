@@ -1,0 +1,71 @@
+"""Median time-to-solve of the bundled CartPole pipelines, several seeds, one invocation.
+
+    python benchmarks/time_to_solve.py [--pipelines cartpole_ppo cartpole_dqn] [--seeds 0 1 2]
+                                       [--mode relaxed] [--max-seconds 300] [--json out.json]
+
+Runs alternate pipelines seed by seed (machines here are noisy, so neighbours share the noise) and
+print, for each pipeline, every run and the median time-to-solve from run start and from process
+start. Each run is a fresh process, so "process start" includes starting its cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "tianji_dask", "train", pipeline, "--seed", str(seed), "--mode", mode,
+               "--max-seconds", str(max_seconds), "--out", str(out), "--quiet", *extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return json.loads((out / "results.json").read_text())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", nargs="+", default=["cartpole_ppo", "cartpole_dqn"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--mode", default="relaxed", choices=["relaxed", "lockstep", "single"])
+    parser.add_argument("--max-seconds", type=float, default=300)
+    parser.add_argument("--explorers", type=int)
+    parser.add_argument("--json", help="write every run's results here")
+    args = parser.parse_args(argv)
+    extra = ["--explorers", str(args.explorers)] if args.explorers else []
+
+    runs: dict[str, list[dict]] = {p: [] for p in args.pipelines}
+    for seed in args.seeds:
+        for pipeline in args.pipelines:
+            r = run_once(pipeline, seed, args.mode, args.max_seconds, extra)
+            runs[pipeline].append(r)
+            tts = r["time_to_solve_s"]
+            print(f"{pipeline:>16} seed {seed}: " + (
+                f"solved in {tts:.2f} s from run start ({r['time_to_solve_from_process_start_s']:.2f} s from "
+                f"process start), {r['env_steps']:,} env steps, learner busy {r['learner_busy_fraction']:.0%}"
+                if tts is not None else f"NOT solved in {r['wall_s']:.0f} s ({r['env_steps']:,} env steps)"
+            ), flush=True)
+
+    print(f"\nmedians over seeds {args.seeds}, mode {args.mode}:")
+    for pipeline, rs in runs.items():
+        solved = [r for r in rs if r["solved"]]
+        if len(solved) < len(rs):
+            print(f"{pipeline:>16}: {len(rs) - len(solved)} of {len(rs)} runs unsolved; median over all runs is undefined")
+            continue
+        med = statistics.median(r["time_to_solve_s"] for r in rs)
+        med_p = statistics.median(r["time_to_solve_from_process_start_s"] for r in rs)
+        print(f"{pipeline:>16}: median time-to-solve {med:.2f} s from run start, {med_p:.2f} s from process start")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
