@@ -90,6 +90,7 @@ def test_bad_pipeline_is_one_clear_line(tmp_path, capsys, label, data, message):
         (["train", "cartpole_dqn", "--explorers", "two"], "--explorers must be a whole number >= 1"),
         (["train", "cartpole_dqn", "--seed", "-3"], "--seed must be a whole number >= 0"),
         (["train", "cartpole_dqn", "--max-seconds", "0"], "--max-seconds must be a number > 0"),
+        (["train", "cartpole_dqn", "--max-seconds", "nan"], "--max-seconds must be a number > 0"),
         (["train", "cartpole_dqn", "--bogus"], "unrecognized arguments: --bogus"),
         (["train"], "the following arguments are required: pipeline"),
         (["fly"], "invalid choice: 'fly'"),

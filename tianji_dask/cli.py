@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -16,36 +17,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(name):
+def _number(flag: str, cast, *, minimum, inclusive: bool, what: str):
+    """An argparse type: ``cast`` the text and check it against ``minimum``; one-line errors."""
+    allowed = f"{flag} must be {what} {'>=' if inclusive else '>'} {minimum:g}"
+
     def parse(text):
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number >= 1, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number >= 1, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{allowed}, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"{allowed}, got {text!r}")
         return value
+
     return parse
-
-
-def _nonneg_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--seed must be a whole number >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-seconds must be a number > 0, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"--max-seconds must be a number > 0, got {text!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a pipeline and print its time-to-solve")
     train.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     train.add_argument("--mode", choices=["relaxed", "lockstep", "single"])
-    train.add_argument("--explorers", type=_positive_int("--explorers"), help="explorer streams")
-    train.add_argument("--seed", type=_nonneg_int)
-    train.add_argument("--max-seconds", type=_positive_float, help="stop after this many seconds of training")
+    train.add_argument("--explorers", type=_number("--explorers", int, minimum=1, inclusive=True, what="a whole number"), help="explorer streams")
+    train.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"))
+    train.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="stop after this many seconds of training")
     train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
     train.add_argument("--out", help="results directory (default runs/NAME-MODE-TIME-ID)")
     train.add_argument("--quiet", action="store_true", help="no live progress display")
