@@ -132,6 +132,21 @@ def test_cli_process_exits_2_without_traceback(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"env__id": "Pendulum-v1"}, "algo.name: DQN: only Discrete action spaces are supported"),
+        ({"env__kwargs": {"no_such_option": 1}}, "env: cannot create CartPole-v1 with kwargs"),
+    ],
+)
+def test_env_the_algorithm_cannot_use_is_refused_before_a_cluster(tmp_path, capsys, changes, message):
+    path = _write(tmp_path, _with(**changes))
+    assert main(["train", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_overrides_apply_and_validate():
     p = load_pipeline("cartpole_ppo", overrides={"mode": "single", "explorers": 3, "stop.max_seconds": 5.0})
     assert (p.mode, p.explorers, p.stop.max_seconds) == ("single", 3, 5.0)

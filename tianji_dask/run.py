@@ -63,13 +63,19 @@ class Run:
     def _check(self) -> None:
         """Build the algorithm once on the client: errors surface before any cluster starts."""
         p = self.pipeline
-        obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
+        try:
+            obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
+        except Exception as err:  # noqa: BLE001 - any failure to build the env is the user's to fix
+            raise PipelineError(f"env: cannot create {p.env.id} with kwargs {p.env.kwargs}: {err}") from None
         self._make_algo = functools.partial(
             make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed
         )
         # Credits come back when the learner *receives* a chunk, not when it trains on it, so a
         # window smaller than the chunks one update needs is slow but cannot deadlock.
-        self._make_algo()  # fail here, before a cluster starts, if the algorithm can't be built
+        try:
+            self._make_algo()  # fail here, before a cluster starts, if the algorithm can't be built
+        except ValueError as err:
+            raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
 
     def _spec(self, explorer_workers: int) -> dict:
         p = self.pipeline
