@@ -72,8 +72,9 @@ def test_relaxed_ppo_solves_cartpole(tianji_client, tmp_path):
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
     _check_results_files(run, results)
-    # relaxed on-policy: segments used are at most max_policy_lag versions old
-    assert results["staleness_versions"]["max"] >= 0
+    # episodes outlive chunks: the explorers' env pools keep envs alive between tasks
+    episodes = read_episodes(run.out)
+    assert episodes[:, 2].max() > run.pipeline.chunk_steps
 
 
 @pytest.mark.slow
