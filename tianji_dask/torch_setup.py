@@ -4,13 +4,12 @@ from __future__ import annotations
 
 
 def prepare_torch(threads: int) -> None:
-    """Set the intra-op thread count and pay torch's one-off import costs now.
+    """Set the intra-op thread count for this process (the nanny leaves it at 1).
 
-    The first ``optimizer.step()`` imports ``torch._dynamo`` (and sympy with it), which takes
-    2 s or more on a small machine; doing it while the learner is being built keeps that cost out
-    of training time. The process-start time-to-solve still includes it.
+    Note for algorithm authors: the first ``step()`` of any ``torch.optim`` optimizer imports
+    ``torch._dynamo`` (and sympy), 2 s or more on a small machine, inside the run. The bundled
+    algorithms use a few-op Adam (``algos.models.Adam``) that does not.
     """
     import torch
-    import torch._dynamo  # noqa: F401
 
     torch.set_num_threads(threads)
