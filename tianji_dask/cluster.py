@@ -16,7 +16,7 @@ def default_explorer_workers(explorers: int) -> int:
     return max(1, min(explorers, os.cpu_count() or 1))
 
 
-def local_cluster(explorer_workers: int, dashboard_address: str | None = ":0") -> LocalCluster:
+def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787") -> LocalCluster:
     """One LEARNER worker process plus ``explorer_workers`` EXPLORER worker processes, one thread
     each, with the active memory manager off (it deletes the weight replicas explorers read)."""
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):

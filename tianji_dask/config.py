@@ -74,7 +74,7 @@ class ClusterConfig(_Strict):
     kind: Literal["local", "address"] = "local"
     address: str | None = None
     explorer_workers: int | None = Field(None, ge=1, le=1024, description="local explorer worker processes")
-    dashboard_address: str | None = Field(":0", description="local dashboard, e.g. ':8787'; null for none")
+    dashboard_address: str | None = Field(":8787", description="local dashboard address (another port is taken if busy); null for none")
 
     @model_validator(mode="after")
     def _address(self):
