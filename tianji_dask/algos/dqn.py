@@ -127,21 +127,30 @@ class DQN(Algorithm):
         self.optimizer = Adam(self.q.parameters(), self.config.lr, eps=self.config.adam_eps)
         self.params = list(self.q.parameters())
 
-    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
-        """r + discount * Q_target(s', a*) with a* = argmax of the online (double-Q) or target net."""
+    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor,
+                   q_next_online: torch.Tensor | None = None) -> torch.Tensor:
+        """r + discount * Q_target(s', a*), a* = argmax_a Q_online(s', a) with double-Q (pass
+        ``q_next_online`` when already computed), else argmax_a Q_target(s', a)."""
         with torch.no_grad():
             q_next_target = self.target(next_obs)
             if self.config.double_q:
-                a_star = self.q(next_obs).argmax(dim=1, keepdim=True)
-                q_next = q_next_target.gather(1, a_star).squeeze(1)
+                if q_next_online is None:
+                    q_next_online = self.q(next_obs)
+                q_next = q_next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
             else:
                 q_next = q_next_target.max(dim=1).values
             return rewards + discounts * q_next
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(TD loss, Q of the taken actions) on a minibatch of tensors."""
-        target = self.td_targets(batch["rewards"], batch["next_obs"], batch["discounts"])
-        q = self.q(batch["obs"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        if self.config.double_q:  # one online pass over s and s' together: fewer, larger ops
+            q_all = self.q(torch.cat([obs, next_obs]))
+            q_obs, q_next_online = q_all[: len(obs)], q_all[len(obs):].detach()
+        else:
+            q_obs, q_next_online = self.q(obs), None
+        target = self.td_targets(batch["rewards"], next_obs, batch["discounts"], q_next_online)
+        q = q_obs.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
         if self.config.loss == "huber":
             loss = F.smooth_l1_loss(q, target)
         else:

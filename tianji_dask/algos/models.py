@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
@@ -42,6 +43,22 @@ def mlp(in_dim: int, hidden: Sequence[int], activation: str = "relu", ortho: boo
         layers += [layer_init(lin) if ortho else lin, act()]
         in_dim = width
     return nn.Sequential(*layers)
+
+
+def chain(modules: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``modules(x)`` without nn.Module's per-call machinery (hooks etc.), whose overhead is a
+    large part of a small network's forward pass on CPU."""
+    for m in modules:
+        kind = type(m)
+        if kind is nn.Linear:
+            x = F.linear(x, m.weight, m.bias)
+        elif kind is nn.ReLU:
+            x = torch.relu(x)
+        elif kind is nn.Tanh:
+            x = torch.tanh(x)
+        else:
+            x = m(x)
+    return x
 
 
 class NumpyMLP:
@@ -100,11 +117,11 @@ class QNetwork(nn.Module):
             self.head = nn.Linear(width, n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(obs.flatten(1))
+        h = chain(self.trunk, obs.flatten(1))
         if self.dueling:
-            adv = self.advantage(h)
-            return self.value(h) + adv - adv.mean(dim=1, keepdim=True)
-        return self.head(h)
+            adv = F.linear(h, self.advantage.weight, self.advantage.bias)
+            return F.linear(h, self.value.weight, self.value.bias) + adv - adv.mean(dim=1, keepdim=True)
+        return F.linear(h, self.head.weight, self.head.bias)
 
     def __getstate__(self):
         # numpy views would be pickled as copies, detached from the parameters: rebuild them
@@ -141,7 +158,7 @@ class ActorCritic(nn.Module):
         self.critic_head = layer_init(nn.Linear(width, 1), gain=1.0)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor_head(self.actor_trunk(obs.flatten(1)))
+        return F.linear(chain(self.actor_trunk, obs.flatten(1)), self.actor_head.weight, self.actor_head.bias)
 
     def __getstate__(self):
         # numpy views would be pickled as copies, detached from the parameters: rebuild them
@@ -155,14 +172,15 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         trunk = self.actor_trunk if self.shared else self.critic_trunk
-        return self.critic_head(trunk(obs.flatten(1))).squeeze(-1)
+        return F.linear(chain(trunk, obs.flatten(1)), self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, A], values [B])."""
         obs = obs.flatten(1)
-        h = self.actor_trunk(obs)
-        hv = h if self.shared else self.critic_trunk(obs)
-        return self.actor_head(h), self.critic_head(hv).squeeze(-1)
+        h = chain(self.actor_trunk, obs)
+        hv = h if self.shared else chain(self.critic_trunk, obs)
+        logits = F.linear(h, self.actor_head.weight, self.actor_head.bias)
+        return logits, F.linear(hv, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
 
 class Adam:
