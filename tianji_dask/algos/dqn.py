@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, weights_of
+from tianji_dask.algos.models import (
+    Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
+)
 from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
 
 
@@ -194,8 +196,8 @@ class DQN(Algorithm):
         if self.optimizer is None:
             self._make_optimizer()
         return {
-            "q": self.q.state_dict(),
-            "target": self.target.state_dict(),
+            "q": snapshot(self.q),
+            "target": snapshot(self.target),
             "optimizer": self.optimizer.state_dict(),
             "env_steps": self.env_steps,
             "updates": self.updates,

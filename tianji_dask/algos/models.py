@@ -248,6 +248,11 @@ def seeded_init(seed: int, build):
         return build()
 
 
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A state dict that later updates of ``module`` don't change (state_dict() shares storage)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
 def weights_of(module: nn.Module, keys=None) -> dict[str, np.ndarray]:
     """Parameters and buffers (all, or those named in ``keys``) as independent CPU float32
     numpy arrays."""

@@ -22,7 +22,9 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, seeded_init, weights_of
+from tianji_dask.algos.models import (
+    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
+)
 from tianji_dask.dataflow.chunk import extras
 
 
@@ -264,7 +266,7 @@ class PPO(Algorithm):
         if self.optimizer is None:
             self._make_optimizer()
         return {
-            "net": self.net.state_dict(),
+            "net": snapshot(self.net),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
             "dropped_segments": self.dropped_segments,
