@@ -87,8 +87,9 @@ class Learner:
         """Scatter the current weights under a versioned key, without waiting by default.
 
         The scatter runs on the worker's event loop while this thread keeps training; explorer
-        tasks take the newest version whose scatter has completed (``_newest_weights``). A
-        blocking scatter per submission cost about a quarter of the learner thread's time in
+        tasks take the newest version whose scatter has completed (``_newest_weights``), so an
+        off-policy chunk's policy may lag its submission by the updates made during one scatter.
+        A blocking scatter per submission cost about a quarter of the learner thread's time in
         DQN runs."""
         if self._publishing is not None:
             return  # one scatter at a time; the next submission publishes the newer version
@@ -148,7 +149,9 @@ class Learner:
                 if self.version - self._published_version >= spec["publish_every"] or (
                     lockstep and self._published_version != self.version
                 ):
-                    self._publish(wait=lockstep)  # lockstep broadcasts the new version to the whole round
+                    # on-policy data and lockstep rounds need the new version itself; off-policy
+                    # explorers may start on the previous one while the scatter completes
+                    self._publish(wait=lockstep or algo.on_policy)
                 wref_version, wref = self._newest_weights()
                 want = {f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}": eid for eid in idle}
                 granted = self._client.sync(
