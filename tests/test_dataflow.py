@@ -64,34 +64,23 @@ def _check_results_files(run, results):
 
 
 @pytest.mark.slow
-def test_relaxed_ppo_solves_cartpole(tianji_client, tmp_path):
-    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "ppo",
-              overrides={"stop.max_env_steps": PPO_BUDGET, "stop.max_seconds": 300})
+@pytest.mark.parametrize("pipeline,budget", [("cartpole_ppo", PPO_BUDGET), ("cartpole_dqn", DQN_BUDGET)])
+def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
+    run = Run(pipeline, tianji_client, out=tmp_path / pipeline,
+              overrides={"stop.max_env_steps": budget, "stop.max_seconds": 300})
     results = run.start().wait()
     assert results["error"] is None
-    assert results["solved"], f"not solved in {PPO_BUDGET} env steps: mean {results['final_mean_return']}"
-    assert results["env_steps"] <= PPO_BUDGET + run.pipeline.explorers * run.pipeline.chunk_steps * run.pipeline.env.num_envs
+    assert results["solved"], f"not solved in {budget} env steps: mean {results['final_mean_return']}"
+    p = run.pipeline
+    assert results["env_steps"] <= budget + p.explorers * p.chunk_steps * p.env.num_envs
+    assert results["learner_busy_fraction"] > 0
     chunks = _chunks(run.out)
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
     _check_results_files(run, results)
     # episodes outlive chunks: the explorers' env pools keep envs alive between tasks
     episodes = read_episodes(run.out)
-    assert episodes[:, 2].max() > run.pipeline.chunk_steps
-
-
-@pytest.mark.slow
-def test_relaxed_dqn_solves_cartpole(tianji_client, tmp_path):
-    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "dqn",
-              overrides={"stop.max_env_steps": DQN_BUDGET, "stop.max_seconds": 300})
-    results = run.start().wait()
-    assert results["error"] is None
-    assert results["solved"], f"not solved in {DQN_BUDGET} env steps: mean {results['final_mean_return']}"
-    chunks = _chunks(run.out)
-    _check_accounting(run, results)
-    _check_staleness(run, results, chunks)
-    _check_results_files(run, results)
-    assert results["learner_busy_fraction"] > 0
+    assert episodes[:, 2].max() > p.chunk_steps
 
 
 def test_lockstep_waits_for_every_explorer_and_has_zero_staleness(tianji_client, tmp_path):
