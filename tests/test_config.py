@@ -111,6 +111,12 @@ def test_bad_cli_input_is_one_clear_line(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
+def test_algorithm_hyperparameter_error_names_its_field_first(tmp_path, capsys):
+    path = _write(tmp_path, _with(algo__config__lrr=0.1))
+    assert main(["train", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == "tianji-dask: error: algo.config.lrr: unknown key\n"
+
+
 def test_existing_nonempty_out_dir_is_refused_and_left_alone(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

@@ -117,6 +117,9 @@ class Pipeline(_Strict):
 
 def _one_line(err: ValidationError, prefix: str = "") -> str:
     first = err.errors()[0]
+    inner = first.get("ctx", {}).get("error")
+    if isinstance(inner, PipelineError):  # raised by a model validator: already one full line
+        return str(inner)
     loc = ".".join(str(p) for p in first["loc"])
     loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
     msg = first["msg"]
