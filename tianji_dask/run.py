@@ -51,8 +51,6 @@ class Run:
         self._learner = None
         self._learner_future = None
         self._single = None
-        self._single_thread = None
-        self._single_final = None
         self._final: dict | None = None
         self.results: dict | None = None
         self.dashboard_link: str | None = None
@@ -94,8 +92,7 @@ class Run:
             from tianji_dask.single import SingleProcessRun
 
             self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env.kwargs, p.seed)
-            self._single_thread = threading.Thread(target=self._run_single, name="tianji-single", daemon=True)
-            self._single_thread.start()
+            threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
             return self
         from distributed import Client
 
@@ -129,12 +126,12 @@ class Run:
         return self
 
     def _run_single(self) -> None:
-        self._single_final = self._single.run()
+        self._final = self._single.run()
 
     def status(self) -> dict:
         if self._single is not None:
             status = self._single.status()
-            status["done"] = self._single_final is not None
+            status["done"] = self._final is not None
             return status
         if self._learner is None:
             return {"done": False}
@@ -170,7 +167,7 @@ class Run:
         return self._write()
 
     def _write(self) -> dict:
-        final = self._single_final if self._single is not None else self._final
+        final = self._final
         results = dict(final["results"])
         p = self.pipeline
         results.update(

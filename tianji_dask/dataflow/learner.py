@@ -25,9 +25,8 @@ STATUS_EVERY_S = 0.2
 
 
 class Learner:
-    # class attributes so the actor proxy can read them (proxy getattr looks on the class)
+    # a class attribute so the actor proxy can read it (proxy getattr looks on the class)
     version = 0
-    done = False
 
     def __init__(self, spec: dict):
         """``spec``: run_id, mode, explorers, chunk_steps, window, publish_every, threads,
@@ -41,7 +40,6 @@ class Learner:
         self.run_id = spec["run_id"]
         self.algo = spec["make_algo"]()
         self.version = 0
-        self.done = False
         self._stop = threading.Event()
         self._weights: deque = deque(maxlen=2)  # (version, future): the last two published
         self._published_version = -1
@@ -217,5 +215,4 @@ class Learner:
             self._publishing[2].cancel()
             self._publishing = None
         self._final = {"results": results, "episodes": episodes, "chunks": chunks}
-        self.done = True
         self._update_status(time.time())
