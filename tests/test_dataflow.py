@@ -24,12 +24,14 @@ def _check_accounting(run, results):
     assert ctrl["chunks_in_flight"] == 0
     returned = sum(ctrl["credits_returned"].values())
     assert ctrl["credits_granted"] == returned
-    assert ctrl["credits_returned"]["consumed"] == results["chunks"]
+    assert ctrl["credits_returned"]["consumed"] == results["chunks"], (ctrl["credits_returned"], ctrl["chunks_consumed"], results["lost"])
     assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
-    assert all(lost["reason"] == "cancelled at stop" for lost in results["lost"])
-    # the controller never let more chunks fly than its window
-    history = np.array(ctrl["history"])
-    assert (history[:, 2] <= history[:, 3]).all()
+    assert all(lost["reason"] in ("cancelled at stop", "received, not trained on at stop") for lost in results["lost"])
+    if ctrl["staleness_target"] is None:
+        # a fixed window: the controller never let more chunks fly than it (a moving window
+        # may briefly sit below the chunks already out when it shrinks)
+        history = np.array(ctrl["history"])
+        assert (history[:, 2] <= history[:, 3]).all()
 
 
 def _check_staleness(run, results, chunks):
@@ -110,14 +112,20 @@ def test_single_mode_runs_without_dask(tmp_path):
     assert (tmp_path / "single" / "episodes.csv").exists()
 
 
-def test_ppo_window_below_batch_still_trains(tianji_client, tmp_path):
-    # one chunk in flight while an update needs two: slower, but credits return on receipt
-    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "w1",
-              overrides={"controller.window": 1, "stop.max_updates": 3, "stop.max_seconds": 120})
+def test_no_deadlock_at_the_lower_clamp(tianji_client, tmp_path):
+    # an update needs two segments, the window may fall to two and target 0 drives it there:
+    # on-policy chunks hold their credits until trained on, so this is the tightest that can run
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "clamp", overrides={
+        "algo.config.segments_per_batch": 2, "controller.staleness_target": 0, "controller.window": 4,
+        "stop.max_updates": 12, "stop.max_seconds": 120,
+    })
     results = run.start().wait()
-    assert results["stop_reason"] == "max_updates" and results["updates"] == 3
-    history = np.array(results["controller"]["history"])
-    assert history[:, 2].max() <= 1
+    assert results["stop_reason"] == "max_updates" and results["updates"] == 12
+    ctrl = results["controller"]
+    assert ctrl["window_min"] == 2 and ctrl["window"] == 2  # the law went down to the clamp, not below
+    history = np.array(ctrl["history"])
+    assert history[:, 3].min() >= 2 and history[-1, 3] == 2
+    _check_accounting(run, results)
 
 
 def test_stop_from_outside_ends_run_and_keeps_results(tianji_client, tmp_path):

@@ -61,13 +61,50 @@ class StopConfig(_Strict):
 
 
 class ControllerConfig(_Strict):
-    window: int | None = Field(None, ge=1, description="chunks in flight; default: one per explorer")
+    """Admission of explorer work (see DESIGN: staleness and the control law).
+
+    Without ``staleness_target`` the window of chunks in flight is fixed. With it, the window
+    moves toward the target once per control period, clamped to [window_min, window_max]. For
+    algorithms that replay (DQN), ``replay_ratio`` paces explorers so that samples trained per
+    env step stay within [min, max]: no new chunk is admitted while the ratio would fall below
+    min, and the learner stops updating above max."""
+
+    window: int | None = Field(None, ge=1, description="chunks in flight (initial value under a target); default: one per explorer")
+    staleness_target: float | None = Field(None, ge=0, description="mean staleness (versions) to hold; null: fixed window")
+    window_min: int | None = Field(None, ge=1, description="default: the chunks one update needs")
+    window_max: int | None = Field(None, ge=1, description="default: max(16, 4 x explorers)")
+    gain: float = Field(0.5, gt=0, le=2, description="fraction of the staleness error corrected per control period")
+    replay_ratio: tuple[float, float] | Literal["auto"] | None = Field(
+        "auto", description="[min, max] samples trained per env step (replaying algorithms); auto: [r, 2r] "
+        "for the algorithm's own ratio r; null: no pacing (the learner keeps to r)")
+    max_staleness: int | None = Field(None, ge=0, description="drop (and count) chunks staler than this; null: keep all")
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.window_min and self.window_max and self.window_min > self.window_max:
+            raise ValueError(f"window_min ({self.window_min}) must be <= window_max ({self.window_max})")
+        if isinstance(self.replay_ratio, tuple):
+            lo, hi = self.replay_ratio
+            if not (0 <= lo <= hi) or hi <= 0:
+                raise ValueError(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(self.replay_ratio)})")
+        return self
 
 
 class LearnerConfig(_Strict):
     publish_every: int = Field(1, ge=1, description="publish weights every K versions")
+    updates_per_pass: int | Literal["ln_explorers"] = Field(
+        1, description="updates between looks at the stream (TianJi: 1, or round(ln A) for A explorers)")
+    drop_on_refresh: bool = Field(
+        False, description="drop a chunk whose explorer would have received newer weights before it finished (TianJi's refresh)")
     threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
     device: Literal["cpu"] = "cpu"
+
+
+class BalanceConfig(_Strict):
+    """TianJi's balance helper for A explorers: chunk = C / A vector steps, publish every K0 / A."""
+
+    chunk_steps_total: int = Field(ge=1, description="C: vector steps per chunk summed over explorers")
+    publish_every_total: int = Field(ge=1, description="K0: publish interval (versions) for one explorer")
 
 
 class ClusterConfig(_Strict):
@@ -95,6 +132,26 @@ class Pipeline(_Strict):
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
+
+    @model_validator(mode="after")
+    def _balance(self):
+        if self.balance is None:
+            return self
+        if "chunk_steps" in self.model_fields_set or "publish_every" in self.learner.model_fields_set:
+            raise PipelineError("balance: derives chunk_steps and learner.publish_every; give either balance or those, not both")
+        a = self.explorers
+        # assignment re-runs validators; set through __dict__ to avoid recursion
+        self.__dict__["chunk_steps"] = max(1, round(self.balance.chunk_steps_total / a))
+        self.learner.__dict__["publish_every"] = max(1, round(self.balance.publish_every_total / a))
+        return self
+
+    @property
+    def updates_per_pass(self) -> int:
+        import math
+
+        u = self.learner.updates_per_pass
+        return max(1, round(math.log(self.explorers))) if u == "ln_explorers" else int(u)
 
     @model_validator(mode="after")
     def _algo_config(self):

@@ -68,22 +68,54 @@ class Run:
         self._make_algo = functools.partial(
             make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed
         )
-        # Credits come back when the learner *receives* a chunk, not when it trains on it, so a
-        # window smaller than the chunks one update needs is slow but cannot deadlock.
         try:
-            self._make_algo()  # fail here, before a cluster starts, if the algorithm can't be built
+            algo = self._make_algo()  # fail here, before a cluster starts, if the algorithm can't be built
         except ValueError as err:
             raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
+        # On-policy chunks hold their credit until they are trained on, so a window smaller than
+        # the chunks one update needs would deadlock (DESIGN).
+        self._chunks_per_update = int(getattr(algo, "chunks_per_update", lambda: 1)())
+        c = p.controller
+        for field in ("window", "window_min"):
+            value = getattr(c, field)
+            if p.mode == "relaxed" and value is not None and value < self._chunks_per_update:
+                raise PipelineError(
+                    f"controller.{field}: must be >= {self._chunks_per_update}, the chunks one {p.algo.name} update "
+                    f"needs (a smaller window deadlocks; got {value})"
+                )
+        progress = algo.replay_progress()
+        if isinstance(c.replay_ratio, tuple) and progress is None:
+            raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
+        self._replay_ratio = None
+        if progress is not None and c.replay_ratio is not None:
+            # measured (cartpole_dqn): pacing explorers to the ratio solved in 23 s where
+            # unpaced explorers out-produced the learner and took 38 s
+            self._replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [progress["ratio"], 2 * progress["ratio"]]
 
     def _spec(self, explorer_workers: int) -> dict:
         p = self.pipeline
         make_algo = self._make_algo
-        window = p.window if p.mode == "relaxed" else p.explorers
         return {
             "run_id": self.run_id, "mode": p.mode, "explorers": p.explorers, "chunk_steps": p.chunk_steps,
-            "window": window, "publish_every": p.learner.publish_every, "threads": p.learner.threads,
+            "chunk_env_steps": p.chunk_steps * p.env.num_envs, "law": self.law(),
+            "publish_every": p.learner.publish_every, "updates_per_pass": p.updates_per_pass,
+            "drop_on_refresh": p.learner.drop_on_refresh, "threads": p.learner.threads,
             "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
             "make_algo": make_algo,
+        }
+
+    def law(self) -> dict:
+        """The controller's settings for this run, defaults filled in. Lockstep runs one chunk
+        per explorer per round, so its window is the explorer count and nothing moves it."""
+        p, c = self.pipeline, self.pipeline.controller
+        if p.mode != "relaxed":
+            return {"window": p.explorers}
+        w_min = c.window_min or self._chunks_per_update
+        w_max = c.window_max or max(16, 4 * p.explorers, w_min)
+        return {
+            "window": max(p.window, w_min), "staleness_target": c.staleness_target, "window_min": w_min, "window_max": w_max,
+            "gain": c.gain, "replay_ratio": self._replay_ratio,
+            "max_staleness": c.max_staleness,
         }
 
     def start(self) -> "Run":
@@ -114,7 +146,7 @@ class Run:
         explorer_workers = counts["EXPLORER"]
         stop_active_memory_manager(client)
         spec = self._spec(explorer_workers)
-        client.register_plugin(StalenessController(spec["window"]), name="tianji")
+        client.register_plugin(StalenessController(spec["law"]["window"]), name="tianji")
         client.register_plugin(
             EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed), name="tianji-envs"
         )
@@ -138,7 +170,27 @@ class Run:
         return dict(self._learner.status().result(timeout=30))
 
     def controller_state(self, history: bool = False) -> dict:
+        """The controller's live state (window, targets, staleness so far, credits)."""
+        if self.client is None:
+            raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
         return self.client.sync(self.client.scheduler.tianji_state, history=history)
+
+    def configure(self, **settings) -> dict:
+        """Change the staleness controller while the run goes on, e.g.
+        ``run.configure(staleness_target=4)``. Accepts window, staleness_target, window_min,
+        window_max, gain, replay_ratio ([min, max]) and max_staleness; ``None`` switches a target
+        or filter off. Returns the controller's new state. Bad values raise ValueError naming the
+        field."""
+        allowed = ("window", "staleness_target", "window_min", "window_max", "gain", "replay_ratio", "max_staleness")
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown setting; allowed: {', '.join(allowed)}")
+        if self.client is None or self.pipeline.mode != "relaxed":
+            raise RuntimeError("configure: only a running relaxed-mode run has a controller to configure")
+        wmin = settings.get("window_min")
+        if wmin is not None and wmin < self._chunks_per_update:
+            raise ValueError(f"window_min: must be >= {self._chunks_per_update}, the chunks one update needs (got {wmin})")
+        return self.client.sync(self.client.scheduler.tianji_configure, **settings)
 
     def stop(self) -> None:
         if self._single is not None:

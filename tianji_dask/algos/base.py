@@ -71,6 +71,21 @@ class Algorithm(ABC):
         bound: fewer chunks in flight than one update needs would deadlock)."""
         return 1
 
+    def replay_progress(self) -> dict | None:
+        """For algorithms that replay: ``{"env_steps": env steps ingested past the warm-up,
+        "samples_trained": samples trained on since, "warm": warm-up reached, "ratio": the
+        algorithm's own samples trained per env step}``, which a
+        replay-ratio controller paces explorers by. None for algorithms that do not replay."""
+        return None
+
+    def set_replay_ratio_max(self, rho_max: float | None) -> None:
+        """Cap samples trained per env step ingested (replaying algorithms); None restores the
+        algorithm's own ratio. A no-op for algorithms that do not replay."""
+
+    def counters(self) -> dict[str, int]:
+        """Counts worth reporting with the results (e.g. segments dropped as too stale)."""
+        return {}
+
     @abstractmethod
     def state_dict(self) -> dict: ...
 

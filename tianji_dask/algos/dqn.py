@@ -50,8 +50,11 @@ class DQNConfig(AlgoConfig):
     max_grad_norm: float | None = Field(10.0, gt=0.0)
     eps_start: float = Field(1.0, ge=0.0, le=1.0)
     eps_final: float = Field(0.04, ge=0.0, le=1.0)
-    #: env steps over which epsilon decays linearly from eps_start to eps_final
+    #: env steps (or updates, see eps_decay_on) over which epsilon decays linearly to eps_final
     eps_decay_steps: int = Field(5_000, ge=1)
+    #: what epsilon's decay follows: env steps collected, or the learner's updates (TianJi ties it
+    #: to learner progress, so adding explorers does not shorten exploration in updates)
+    eps_decay_on: Literal["env_steps", "updates"] = "env_steps"
     #: include the replay contents in state_dict() (large; off: a resumed run refills it)
     checkpoint_replay: bool = False
 
@@ -78,15 +81,19 @@ class DQN(Algorithm):
         self.env_steps = 0  # env steps ingested
         self.updates = 0
         self.update_credit = 0.0  # updates allowed now by the replay ratio
+        self.env_steps_past_warmup = 0
+        self._upe_max: float | None = None  # a controller's ceiling, replacing updates_per_env_step
 
     # ---- explorer side -------------------------------------------------------------------
-    def epsilon(self, env_steps: int) -> float:
+    def epsilon(self, progress: int) -> float:
+        """Epsilon after ``progress`` env steps (or updates, with ``eps_decay_on: updates``)."""
         c = self.config
-        frac = min(1.0, env_steps / c.eps_decay_steps)
+        frac = min(1.0, progress / c.eps_decay_steps)
         return c.eps_start + frac * (c.eps_final - c.eps_start)
 
     def exploration(self, env_steps: int, updates: int) -> dict:
-        return {"epsilon": self.epsilon(env_steps)}
+        progress = updates if self.config.eps_decay_on == "updates" else env_steps
+        return {"epsilon": self.epsilon(progress)}
 
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         eps = float(explore.get("epsilon", 0.0))
@@ -115,8 +122,20 @@ class DQN(Algorithm):
         after = len(self.replay)
         if after >= c.learning_starts:
             past_warmup = kept if before >= c.learning_starts else after - c.learning_starts + 1
-            self.update_credit += past_warmup * c.updates_per_env_step
+            self.env_steps_past_warmup += past_warmup
+            self.update_credit += past_warmup * (self._upe_max if self._upe_max is not None else c.updates_per_env_step)
         return kept
+
+    def replay_progress(self) -> dict:
+        return {
+            "env_steps": self.env_steps_past_warmup,
+            "samples_trained": self.updates * self.config.batch_size,
+            "warm": len(self.replay) >= self.config.learning_starts,
+            "ratio": self.config.updates_per_env_step * self.config.batch_size,  # configured samples per env step
+        }
+
+    def set_replay_ratio_max(self, rho_max: float | None) -> None:
+        self._upe_max = None if rho_max is None else rho_max / self.config.batch_size
 
     def ready(self) -> bool:
         return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts

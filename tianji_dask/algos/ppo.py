@@ -97,6 +97,7 @@ class PPO(Algorithm):
         self.segment_versions: list[int] = []
         self.updates = 0
         self.dropped_segments = 0  # too stale to use
+        self.late_segments_used = 0  # trained on at staleness >= 1 under the clipped objective
         self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
 
     # ---- explorer side -------------------------------------------------------------------
@@ -236,6 +237,7 @@ class PPO(Algorithm):
             self._make_optimizer()
         n_seg = c.segments_per_batch
         segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
+        self.late_segments_used += sum(1 for v in self.segment_versions[:n_seg] if v < self.updates)
         self.segment_versions = self.segment_versions[n_seg:]
         batch = self.build_batch(segments)
         B = len(batch["actions"])
@@ -261,6 +263,9 @@ class PPO(Algorithm):
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
                        segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
         return metrics
+
+    def counters(self) -> dict[str, int]:
+        return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used}
 
     # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:

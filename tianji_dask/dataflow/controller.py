@@ -16,6 +16,81 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
+WINDOW_LOG_LEN = 2000
+#: the window moves at most once per this many seconds, and only after a window's worth of chunks
+CONTROL_MIN_PERIOD_S = 0.2
+
+
+class WindowLaw:
+    """The bounded rule that moves the window W (chunks in flight) toward a staleness target.
+
+    Model (DESIGN, measured): mean staleness ~ W x u + K/2, with u the learner's updates per
+    consumed chunk (consumption vs production) and K the publish interval. Once per control
+    period (at least W chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
+    period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step
+    bounded to max(1, W / 2), the result clamped to [w_min, w_max]. Without a target W stays put.
+    Pure arithmetic: testable without a scheduler.
+    """
+
+    def __init__(self, window: int, *, target: float | None = None, w_min: int = 1, w_max: int = 64, gain: float = 0.5):
+        self.target = target
+        self.w_min, self.w_max, self.gain = int(w_min), int(w_max), float(gain)
+        self.w = float(window if target is None else min(max(window, self.w_min), self.w_max))
+        self._reset_period(None, 0)
+        self.last = {"staleness": None, "updates_per_chunk": None}
+
+    @property
+    def window(self) -> int:
+        return max(1, int(round(self.w)))
+
+    def _reset_period(self, t, version):
+        self.p_t, self.p_version, self.p_chunks, self.p_staleness = t, version, 0, 0.0
+
+    def observe(self, t: float, learner_version: int, staleness: list[int]) -> bool:
+        """Feed a report's consumed staleness values; True when W was adjusted."""
+        if self.p_t is None:
+            self._reset_period(t, learner_version)
+        self.p_chunks += len(staleness)
+        self.p_staleness += sum(staleness)
+        if self.p_chunks < max(1, self.window) or t - self.p_t < CONTROL_MIN_PERIOD_S:
+            return False
+        s = self.p_staleness / self.p_chunks
+        u = max(learner_version - self.p_version, 0) / self.p_chunks
+        self.last = {"staleness": s, "updates_per_chunk": u}
+        self._reset_period(t, learner_version)
+        if self.target is None:
+            return False
+        step = self.gain * (self.target - s) / max(u, 0.25)
+        bound = max(1.0, self.w / 2)
+        self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
+        return True
+
+    def configure(self, *, target=..., w_min=None, w_max=None, gain=None, window=None) -> None:
+        if target is not ...:
+            self.target = None if target is None else float(target)
+        if w_min is not None:
+            self.w_min = int(w_min)
+        if w_max is not None:
+            self.w_max = int(w_max)
+        if gain is not None:
+            self.gain = float(gain)
+        if window is not None:
+            self.w = float(window)
+        if self.target is not None:
+            self.w = min(max(self.w, self.w_min), self.w_max)
+
+
+def replay_gate(rho_min: float | None, samples_trained: float, env_steps: float, in_flight: int,
+                chunk_env_steps: int, warm: bool) -> bool:
+    """May one more chunk be admitted under the replay-ratio floor?
+
+    ``env_steps`` counts env steps ingested past the algorithm's warm-up and ``samples_trained``
+    the samples trained on since. Admit while the ratio, counting the data already in flight,
+    stays at or above ``rho_min``. Always admit during warm-up and when nothing is in flight (the
+    learner's own ceiling then holds the ratio, and an empty pipe cannot deadlock)."""
+    if rho_min is None or not warm or in_flight == 0:
+        return True
+    return samples_trained >= rho_min * (env_steps + in_flight * chunk_env_steps)
 
 
 class StalenessController(SchedulerPlugin):
@@ -24,21 +99,32 @@ class StalenessController(SchedulerPlugin):
 
     def __init__(self, window: int = 2):
         self.scheduler = None
-        self._reset(run_id=None, window=window, learner_address=None)
+        self._reset(run_id=None, law={"window": window}, learner_address=None)
 
     # ---- state --------------------------------------------------------------------------
-    def _reset(self, run_id, window, learner_address):
+    def _reset(self, run_id, law: dict, learner_address, chunk_env_steps: int = 1):
         self.run_id = run_id
-        self.window = int(window)
+        self.law = WindowLaw(
+            law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
+            w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", 0.5),
+        )
+        rho = law.get("replay_ratio")
+        self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
+        self.max_staleness = law.get("max_staleness")
+        self.params_version = 0
+        self.chunk_env_steps = int(chunk_env_steps)
         self.learner_address = learner_address
         self.learner_lost = False
         self.learner_version = 0
+        self.progress = {"env_steps": 0, "samples_trained": 0, "warm": False}
         self.credited: set[str] = set()  # keys holding a credit right now
         self.granted_total = 0
+        self.refused_replay_ratio = 0
         self.returned_consumed = 0
         self.returned_erred = 0
         self.returned_forgotten = 0
         self.chunks_consumed = 0
+        self.chunks_dropped = 0
         self.env_steps_consumed = 0
         self.bytes_consumed = 0
         self.staleness_hist: Counter[int] = Counter()
@@ -49,11 +135,25 @@ class StalenessController(SchedulerPlugin):
         self.per_explorer_steps: Counter[int] = Counter()
         # (t, learner_version, chunks_in_flight, window, staleness_versions, age_s) per consumed chunk
         self.history: deque[tuple] = deque(maxlen=HISTORY_LEN)
+        # (t, window, target, mean staleness of the period, updates per chunk) at every control step
+        self.window_log: deque[tuple] = deque(maxlen=WINDOW_LOG_LEN)
         self.t_reset = time.time()
+
+    @property
+    def window(self) -> int:
+        return self.law.window
 
     @property
     def chunks_in_flight(self) -> int:
         return len(self.credited)
+
+    def params(self) -> dict:
+        """What the learner applies on its side (it pre-checks admission locally, so an
+        idle learner does not ask the scheduler on every pass)."""
+        return {
+            "window": self.window, "rho_min": self.rho_min, "rho_max": self.rho_max,
+            "max_staleness": self.max_staleness, "params_version": self.params_version,
+        }
 
     # ---- plugin hooks -------------------------------------------------------------------
     async def start(self, scheduler):
@@ -82,25 +182,32 @@ class StalenessController(SchedulerPlugin):
             scheduler.log_event("tianji.learner_lost", {"run_id": self.run_id, "worker": worker})
 
     # ---- handlers (called by the learner and by clients) --------------------------------
-    def begin(self, run_id: str, window: int, learner_address: str | None = None) -> dict:
+    def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1) -> dict:
         """Start a run's accounting afresh (one run at a time per scheduler)."""
-        self._reset(run_id, window, learner_address)
-        return self.state()
+        self._reset(run_id, law, learner_address, chunk_env_steps)
+        return self.params()
 
-    def cycle(self, consumed: list | None = None, want: list | None = None, learner_version: int | None = None) -> list:
+    def cycle(self, consumed: list | None = None, want: list | None = None, learner_version: int | None = None,
+              progress: dict | None = None) -> dict:
         """Report consumed chunks and ask credits for new explorer task keys, in one round trip.
 
-        ``consumed``: rows ``(key, explorer_id, env_steps, nbytes, staleness_versions, age_s)``.
-        Returns the keys granted, in the order asked.
+        ``consumed``: rows ``(key, explorer_id, env_steps, nbytes, staleness_versions, age_s,
+        dropped)``. ``progress``: the learner's replay counters (``env_steps`` past warm-up,
+        ``samples_trained``, ``warm``). Returns the keys granted, in the order asked, and the
+        current parameters.
         """
         now = time.time()
         if learner_version is not None:
             self.learner_version = int(learner_version)
-        for key, explorer_id, env_steps, nbytes, staleness, age_s in consumed or ():
+        if progress:
+            self.progress = progress
+        staleness_seen = []
+        for key, explorer_id, env_steps, nbytes, staleness, age_s, dropped in consumed or ():
             if key in self.credited:
                 self.credited.discard(key)
                 self.returned_consumed += 1
             self.chunks_consumed += 1
+            self.chunks_dropped += int(bool(dropped))
             self.env_steps_consumed += int(env_steps)
             self.bytes_consumed += int(nbytes)
             self.per_explorer_steps[int(explorer_id)] += int(env_steps)
@@ -110,21 +217,55 @@ class StalenessController(SchedulerPlugin):
             self.age_sum_s += float(age_s)
             self.age_max_s = max(self.age_max_s, float(age_s))
             self.history.append((now, self.learner_version, self.chunks_in_flight, self.window, int(staleness), float(age_s)))
+            staleness_seen.append(int(staleness))
+        if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen):
+            self.window_log.append((now, self.law.w, self.law.target, self.law.last["staleness"], self.law.last["updates_per_chunk"]))
         granted = []
+        prog = self.progress
         for key in want or ():
             if self.chunks_in_flight >= self.window:
+                break
+            if not replay_gate(self.rho_min, prog["samples_trained"], prog["env_steps"], self.chunks_in_flight,
+                               self.chunk_env_steps, prog["warm"]):
+                self.refused_replay_ratio += 1
                 break
             if key.startswith(EXPLORE_PREFIX) and key not in self.credited:
                 self.credited.add(key)
                 granted.append(key)
         self.granted_total += len(granted)
-        return granted
+        return {"granted": granted, **self.params()}
 
-    def configure(self, window: int | None = None) -> dict:
-        if window is not None:
-            if int(window) < 1:
-                raise ValueError("window: must be >= 1")
-            self.window = int(window)
+    def configure(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
+                  window_max: int | None = None, gain: float | None = None, replay_ratio=...,
+                  max_staleness=...) -> dict:
+        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
+        max_staleness switches that part off; an omitted argument is left as it is)."""
+        def bad(msg):
+            raise ValueError(msg)
+
+        w_min = self.law.w_min if window_min is None else window_min
+        w_max = self.law.w_max if window_max is None else window_max
+        if window is not None and int(window) < 1:
+            bad(f"window: must be >= 1 (got {window})")
+        if int(w_min) < 1 or int(w_min) > int(w_max):
+            bad(f"window_min, window_max: need 1 <= window_min <= window_max (got {w_min}, {w_max})")
+        if staleness_target not in (..., None) and float(staleness_target) < 0:
+            bad(f"staleness_target: must be >= 0 or None (got {staleness_target})")
+        if gain is not None and not 0 < float(gain) <= 2:
+            bad(f"gain: must be in (0, 2] (got {gain})")
+        if replay_ratio not in (..., None):
+            lo, hi = (float(x) for x in replay_ratio)
+            if not (0 <= lo <= hi) or hi <= 0:
+                bad(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(replay_ratio)})")
+        if max_staleness not in (..., None) and int(max_staleness) < 0:
+            bad(f"max_staleness: must be >= 0 or None (got {max_staleness})")
+        self.law.configure(target=staleness_target, w_min=window_min, w_max=window_max, gain=gain, window=window)
+        if replay_ratio is not ...:
+            self.rho_min, self.rho_max = (None, None) if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1]))
+        if max_staleness is not ...:
+            self.max_staleness = None if max_staleness is None else int(max_staleness)
+        self.params_version += 1
+        self.window_log.append((time.time(), self.law.w, self.law.target, None, None))
         return self.state()
 
     def state(self, history: bool = False) -> dict:
@@ -132,16 +273,26 @@ class StalenessController(SchedulerPlugin):
         out = {
             "run_id": self.run_id,
             "window": self.window,
+            "window_min": self.law.w_min,
+            "window_max": self.law.w_max,
+            "staleness_target": self.law.target,
+            "gain": self.law.gain,
+            "replay_ratio": None if self.rho_min is None else [self.rho_min, self.rho_max],
+            "max_staleness": self.max_staleness,
+            "last_period": dict(self.law.last),
             "chunks_in_flight": self.chunks_in_flight,
             "learner_version": self.learner_version,
             "learner_lost": self.learner_lost,
+            "learner_progress": dict(self.progress),
             "credits_granted": self.granted_total,
+            "refused_replay_ratio": self.refused_replay_ratio,
             "credits_returned": {
                 "consumed": self.returned_consumed,
                 "erred": self.returned_erred,
                 "forgotten": self.returned_forgotten,
             },
             "chunks_consumed": n,
+            "chunks_dropped": self.chunks_dropped,
             "env_steps_consumed": self.env_steps_consumed,
             "bytes_consumed": self.bytes_consumed,
             "staleness_mean": self.staleness_sum / n if n else None,
@@ -153,4 +304,5 @@ class StalenessController(SchedulerPlugin):
         }
         if history:
             out["history"] = [list(row) for row in self.history]
+            out["window_log"] = [list(row) for row in self.window_log]
         return out

@@ -17,11 +17,13 @@ from collections import deque
 
 from distributed import as_completed, get_client, get_worker
 
+from tianji_dask.dataflow.controller import replay_gate
 from tianji_dask.dataflow.explorer import explore_chunk
 from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.torch_setup import prepare_torch
 
 STATUS_EVERY_S = 0.2
+REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 
 
 class Learner:
@@ -29,9 +31,10 @@ class Learner:
     version = 0
 
     def __init__(self, spec: dict):
-        """``spec``: run_id, mode, explorers, chunk_steps, window, publish_every, threads,
-        explorer_workers, t_process_start, stop (a StopConfig), make_algo (a picklable
-        zero-argument callable building the algorithm)."""
+        """``spec``: run_id, mode, explorers, chunk_steps, chunk_env_steps, law (the controller's
+        settings), publish_every, updates_per_pass, drop_on_refresh, threads, explorer_workers,
+        t_process_start, stop (a StopConfig), make_algo (a picklable zero-argument callable
+        building the algorithm)."""
         self._worker = get_worker()
         self._client = get_client()  # background threads have no worker context: capture it here
         sys.setswitchinterval(0.001)  # a Python-heavy learner thread otherwise slows comms 5-15x
@@ -47,10 +50,12 @@ class Learner:
         self._status: dict = {}
         self._final: dict | None = None
         self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version)
-        self._client.sync(
-            self._client.scheduler.tianji_begin, run_id=self.run_id, window=spec["window"],
-            learner_address=self._worker.address,
-        )
+        self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
+        self._ctl: dict = {}
+        self._apply_params(self._client.sync(
+            self._client.scheduler.tianji_begin, run_id=self.run_id, law=spec["law"],
+            learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"],
+        ))
         self.t_run_start = time.time()  # run start: cluster up, learner built
         self.ledger = Ledger(
             spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
@@ -106,83 +111,106 @@ class Learner:
             version, key, done = self._publishing
             self._publishing = None
             self._weights.append((version, done.result()[key]))
+            self._published_at.append((version, time.time()))
         return self._weights[-1]
 
     def _loop(self) -> None:
         spec, algo, ledger = self.spec, self.algo, self.ledger
         lockstep = spec["mode"] == "lockstep"
-        idle = deque(range(spec["explorers"]))
+        streams = range(spec["explorers"])
+        per_stream = {eid: 0 for eid in streams}  # chunks in flight per explorer stream
         reports: list[list] = []  # consumed rows not yet reported to the controller
         reported_futs: list = []  # futures kept alive until their consumption is reported
+        # received, not yet consumed: (future, explorer_id, submit_version, chunk); the future is
+        # held until its consumption is reported, or its credit would come back as forgotten
+        pending: deque = deque()
+        last_report = time.time()
         ac = as_completed([], with_results=True, raise_errors=False)
         self._publish(wait=True)
         last_status = 0.0
         round_open = False  # lockstep: a round's chunks are out or being trained on
 
         while not self._stop.is_set() and ledger.check_stop() is None:
-            # 1. consume whatever has arrived; block only when there is nothing else to do
-            must_wait = (lockstep and round_open) or (not algo.ready() and not idle)
+            # 0. how many chunks to ask for (see _wanted)
+            n_want = self._wanted(lockstep, round_open, len(streams), len(pending))
+
+            # 1. receive whatever has arrived; block only when there is nothing else to do
+            must_wait = (lockstep and round_open) or (not algo.ready() and not n_want)
             batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
             for fut, chunk in batch:
                 _, eid, submit_version = self._in_flight.pop(fut.key)
-                idle.append(eid)
-                reported_futs.append(fut)
+                per_stream[eid] -= 1
                 if fut.status != "finished":
                     ledger.record_lost(fut.key, eid, f"{type(chunk).__name__}: {chunk}")
-                    continue
-                kept = algo.ingest(chunk, self.version - chunk["policy_version"])
-                staleness, age_s = ledger.consume(chunk, self.version, kept, submit_version=submit_version)
-                reports.append([fut.key, eid, chunk["env_steps"], chunk["nbytes"], staleness, age_s])
+                    continue  # its credit comes back when the scheduler sees the task err
+                pending.append((fut, eid, submit_version, chunk))
             del batch
+            # ... and consume it: off-policy data all at once (it goes to the replay); on-policy
+            # data only as the next update needs it, so a chunk's staleness is measured when it
+            # is trained on and the window counts chunks waiting here too
+            if pending:
+                reports.extend(self._consume(pending, lockstep, reported_futs))
+                n_want = self._wanted(lockstep, round_open, len(streams), len(pending))
 
             # 2. lockstep trains only when the whole round is in, then broadcasts
             if lockstep and round_open and not self._in_flight:
                 while algo.ready() and ledger.check_stop() is None:
                     self._learn_once()
                 round_open = False
+                n_want = len(streams)
 
-            # 3. hand idle explorer streams new work before training, so they run while we train
-            #    (lockstep: only a full round at once)
-            if idle and (not lockstep or not round_open):
-                if self.version - self._published_version >= spec["publish_every"] or (
+            # 3. ask for work for the least-loaded streams before training, so explorers run
+            #    while we train; report consumed chunks at least every REPORT_EVERY_S
+            now = time.time()
+            if n_want or (reports and now - last_report >= REPORT_EVERY_S):
+                if n_want and (self.version - self._published_version >= spec["publish_every"] or (
                     lockstep and self._published_version != self.version
-                ):
+                )):
                     # on-policy data and lockstep rounds need the new version itself; off-policy
                     # explorers may start on the previous one while the scatter completes
                     self._publish(wait=lockstep or algo.on_policy)
                 wref_version, wref = self._newest_weights()
-                want = {f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}": eid for eid in idle}
-                granted = self._client.sync(
-                    self._client.scheduler.tianji_cycle, consumed=reports, want=list(want),
-                    learner_version=self.version,
+                want = []
+                for _ in range(n_want):
+                    eid = min(streams, key=lambda e: per_stream[e] + sum(1 for _, w in want if w == e))
+                    want.append((f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}", eid))
+                reply = self._client.sync(
+                    self._client.scheduler.tianji_cycle, consumed=reports, want=[k for k, _ in want],
+                    learner_version=self.version, progress=algo.replay_progress(),
                 )
-                reports, reported_futs = [], []
+                reports, reported_futs, last_report = [], [], now
+                self._apply_params(reply)
                 explore = algo.exploration(ledger.env_steps, self.version)
-                for key in granted:
-                    eid = want[key]
-                    idle.remove(eid)
+                for key, eid in want[: len(reply["granted"])]:
                     fut = self._client.submit(
                         explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore,
                         key=key, resources={"EXPLORER": 1}, pure=False,
                     )
+                    per_stream[eid] += 1
                     self._in_flight[key] = (fut, eid, self.version)
                     ac.add(fut)
-                if lockstep and granted:
+                if lockstep and reply["granted"]:
                     round_open = True
-                if not granted and not self._in_flight and not algo.ready():
+                if n_want and not reply["granted"] and not self._in_flight and not algo.ready():
                     time.sleep(0.005)  # window full of another run's credits: ask again shortly
 
-            # 4. relaxed: one update per pass, so arriving chunks are picked up between updates
-            if not lockstep and algo.ready():
-                self._learn_once()
+            # 4. relaxed: a few updates per pass (TianJi's updates per learner iteration), so
+            #    arriving chunks are picked up between updates
+            if not lockstep:
+                for _ in range(spec["updates_per_pass"]):
+                    if not algo.ready() or ledger.check_stop() is not None:
+                        break
+                    self._learn_once()
 
-            now = time.time()
             if now - last_status >= STATUS_EVERY_S:
                 self._update_status(now)
                 last_status = now
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
-        self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version)
+        self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version,
+                          progress=algo.replay_progress())
+        for fut, eid, _, _ in pending:
+            ledger.record_lost(fut.key, eid, "received, not trained on at stop")
         outstanding = [entry[0] for entry in self._in_flight.values()]
         for fut in outstanding:
             ledger.record_lost(fut.key, self._in_flight[fut.key][1], "cancelled at stop")
@@ -190,6 +218,88 @@ class Learner:
             self._client.cancel(outstanding)
         self._in_flight.clear()
         ac.clear()
+
+    def _consume(self, pending: deque, lockstep: bool, reported_futs: list) -> list[list]:
+        """Ingest received chunks; returns the controller's report rows for them.
+
+        On-policy, relaxed: chunks of an older version are consumed at once (they only get
+        staler: used at lag 1 under the clipped objective or dropped, by the algorithm's
+        ``max_policy_lag``), and chunks of the current version only until an update is ready,
+        the first to arrive first; the rest wait for the next version."""
+        algo, ledger = self.algo, self.ledger
+        rows = []
+        take = list(pending)
+        if algo.on_policy and not lockstep:
+            late = [p for p in take if p[3]["policy_version"] < self.version]
+            fresh = [p for p in take if p[3]["policy_version"] >= self.version]
+            take = list(late)
+            for item in fresh:
+                if algo.ready():
+                    break
+                take.append(item)
+                self._ingest(item, rows)
+            for item in late:
+                self._ingest(item, rows)
+        else:
+            for item in take:
+                self._ingest(item, rows)
+        done = {p[0].key for p in take}
+        reported_futs.extend(p[0] for p in take)
+        kept_waiting = [p for p in pending if p[0].key not in done]
+        pending.clear()
+        pending.extend(kept_waiting)
+        return rows
+
+    def _ingest(self, item: tuple, rows: list) -> None:
+        fut, eid, submit_version, chunk = item
+        key = fut.key
+        staleness = self.version - chunk["policy_version"]
+        reason = self._drop_reason(chunk, staleness)
+        kept = 0 if reason else self.algo.ingest(chunk, staleness)
+        if reason is None and kept == 0:
+            reason = "algorithm"  # e.g. on-policy data older than max_policy_lag
+        if reason is not None:
+            self.ledger.record_dropped(reason)
+        staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
+        rows.append([key, eid, chunk["env_steps"], chunk["nbytes"], staleness, age_s, reason is not None])
+
+    def _wanted(self, lockstep: bool, round_open: bool, n_streams: int, waiting: int = 0) -> int:
+        """Chunks to ask for now: lockstep, a whole round at once; relaxed, up to the controller's
+        window, and none while the replay ratio would fall below its floor. The controller
+        decides; this local pre-check only saves a scheduler round trip per update."""
+        in_flight = len(self._in_flight)
+        if lockstep:
+            return n_streams if not round_open and not in_flight else 0
+        n_want = max(0, self._ctl["window"] - in_flight - waiting)
+        progress = self.algo.replay_progress()
+        if n_want and progress is not None and not replay_gate(
+            self._ctl["rho_min"], progress["samples_trained"], progress["env_steps"], in_flight,
+            self.spec["chunk_env_steps"], progress["warm"],
+        ):
+            return 0
+        return n_want
+
+    def _apply_params(self, params: dict) -> None:
+        """Take the controller's current parameters (they change when a client configures it)."""
+        if params["params_version"] == self._ctl.get("params_version") and params["window"] == self._ctl.get("window"):
+            return
+        if params["rho_max"] != self._ctl.get("rho_max"):
+            self.algo.set_replay_ratio_max(params["rho_max"])
+        self._ctl = {k: params[k] for k in ("window", "rho_min", "rho_max", "max_staleness", "params_version")}
+
+    def _drop_reason(self, chunk: dict, staleness: int) -> str | None:
+        max_staleness = self._ctl["max_staleness"]
+        if max_staleness is not None and staleness > max_staleness:
+            return "max_staleness"
+        if self.spec["drop_on_refresh"]:
+            # TianJi's explorer takes new weights between sends and drops what it had not sent:
+            # here, a chunk is dropped when a newer version was published before it finished
+            for version, t_published in reversed(self._published_at):
+                if version <= chunk["policy_version"]:
+                    break
+                if t_published < chunk["t_end"]:
+                    return "refresh"
+        return None
 
     def _learn_once(self) -> None:
         t0 = time.perf_counter()
@@ -200,6 +310,10 @@ class Learner:
     def _update_status(self, now: float) -> None:
         status = self.ledger.status(self.version, now)
         status["chunks_in_flight"] = len(self._in_flight)
+        status["window"] = self._ctl.get("window")
+        progress = self.algo.replay_progress()
+        if progress and progress["env_steps"]:
+            status["replay_ratio"] = progress["samples_trained"] / progress["env_steps"]
         status["done"] = self._final is not None
         self._status = status
 
@@ -209,7 +323,7 @@ class Learner:
         ledger.t_end = time.time()
         self._update_status(ledger.t_end)
         episodes, chunks = ledger.arrays()
-        results = ledger.results(self.version, extra={"error": error})
+        results = ledger.results(self.version, extra={"error": error, "algo_counters": self.algo.counters()})
         self._weights.clear()
         if self._publishing is not None:
             self._publishing[2].cancel()

@@ -22,6 +22,7 @@ class Ledger:
         self.episodes: list[tuple[float, float, float, int]] = []
         self.chunk_rows: list[tuple] = []
         self.lost: list[dict] = []
+        self.dropped: dict[str, int] = {}  # chunks consumed but not trained on, by reason
         self.env_steps = 0
         self.env_steps_used = 0
         self.updates = 0
@@ -68,6 +69,10 @@ class Ledger:
                     and time_to_solve(np.asarray(self.episodes), target, self.stop.window) is not None):
                 self.solved_online_at = t_consumed
         return staleness, age_s
+
+    def record_dropped(self, reason: str) -> None:
+        """A consumed chunk the learner did not train on (its episodes still count: they ran)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     def record_lost(self, key: str, explorer_id: int, reason: str) -> None:
         self.lost.append({"key": key, "explorer_id": explorer_id, "reason": reason})
@@ -117,6 +122,7 @@ class Ledger:
             "solved": self.solved_online_at is not None,
             "stop_reason": self.stop_reason,
             "chunks_lost": len(self.lost),
+            "chunks_dropped": sum(self.dropped.values()),
         }
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -154,6 +160,7 @@ class Ledger:
             "bytes_per_s": self.bytes / wall,
             "chunks_lost": len(self.lost),
             "lost": self.lost[:100],
+            "chunks_dropped": dict(self.dropped),
             "learner_busy_fraction": self.learn_s / wall,
             "explorer_busy_fraction": self.explore_s / (wall * max(self.explorer_workers, 1)),
             "staleness_versions": staleness_summary(staleness),
