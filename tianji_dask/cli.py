@@ -69,7 +69,8 @@ class _Progress:
             f"[{self.run.pipeline.mode}] {_fmt(s.get('elapsed_s'))} s  version {s.get('version', 0)}  "
             f"env steps {s.get('env_steps', 0):,}  ({_fmt(s.get('env_steps_per_s'), ',.0f')}/s)  "
             f"mean return {_fmt(s.get('mean_return'))}  staleness {_fmt(s.get('staleness_recent_mean'), '.2f')}  "
-            f"in flight {s.get('chunks_in_flight', '-')}"
+            f"in flight {s.get('chunks_in_flight', '-')}/{s.get('window') or '-'}"
+            + (f"  replay ratio {s['replay_ratio']:.1f}" if s.get("replay_ratio") is not None else "")
         )
 
     def __enter__(self):

@@ -30,6 +30,8 @@ class EnvConfig(_Strict):
     id: str = Field(description="gymnasium environment id, e.g. CartPole-v1")
     num_envs: int = Field(8, ge=1, le=4096, description="envs stepped together inside one explorer")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
+    explorer_kwargs: dict[int, dict[str, Any]] = Field(
+        default_factory=dict, description="per explorer stream: kwargs merged over kwargs (heterogeneous explorers)")
 
 
 class AlgoSection(_Strict):
@@ -52,6 +54,8 @@ class StopConfig(_Strict):
     max_updates: int | None = Field(None, ge=1)
     max_seconds: float | None = Field(None, gt=0)
     on_solve: bool = Field(True, description="stop as soon as the target is reached")
+    max_explorer_failures: int = Field(
+        10, ge=1, description="stop when one explorer stream's chunks fail this many times in a row")
 
     @model_validator(mode="after")
     def _some_stop(self):
@@ -75,7 +79,7 @@ class ControllerConfig(_Strict):
     window_max: int | None = Field(None, ge=1, description="default: max(16, 4 x explorers)")
     gain: float = Field(0.5, gt=0, le=2, description="fraction of the staleness error corrected per control period")
     replay_ratio: tuple[float, float] | Literal["auto"] | None = Field(
-        "auto", description="[min, max] samples trained per env step (replaying algorithms); auto: [r, 2r] "
+        "auto", description="[min, max] samples trained per env step (replaying algorithms); auto: [r/2, 2r] "
         "for the algorithm's own ratio r; null: no pacing (the learner keeps to r)")
     max_staleness: int | None = Field(None, ge=0, description="drop (and count) chunks staler than this; null: keep all")
 
@@ -145,6 +149,16 @@ class Pipeline(_Strict):
         self.__dict__["chunk_steps"] = max(1, round(self.balance.chunk_steps_total / a))
         self.learner.__dict__["publish_every"] = max(1, round(self.balance.publish_every_total / a))
         return self
+
+    @model_validator(mode="after")
+    def _explorer_kwargs(self):
+        bad = [i for i in self.env.explorer_kwargs if not 0 <= i < self.explorers]
+        if bad:
+            raise PipelineError(f"env.explorer_kwargs: explorer {bad[0]} does not exist; allowed 0..{self.explorers - 1}")
+        return self
+
+    def env_kwargs_for(self, explorer_id: int) -> dict:
+        return {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id, {})}
 
     @property
     def updates_per_pass(self) -> int:

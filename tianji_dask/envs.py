@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 import gymnasium as gym
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ValueError with close matches when ``env_id`` is not a registered gymnasium id."""
+    """Raise ValueError with close matches when ``env_id`` is not a registered gymnasium id.
+
+    ``module:Name-v0`` imports ``module`` first (it registers its own envs), as gymnasium does."""
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(f"cannot import module {module!r} that should register {name!r}: {err}") from None
+        env_id = name
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
@@ -16,11 +26,20 @@ def check_env_id(env_id: str) -> None:
     raise ValueError(f"unknown gymnasium id {env_id!r}{hint}")
 
 
+def registered_id(env_id: str) -> str:
+    """``module:Name-v0`` -> ``Name-v0`` after importing ``module`` (which registers it)."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        importlib.import_module(module)
+    return env_id
+
+
 def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwargs) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, natively vectorised when the env offers it.
 
     Both routes use autoreset NEXT_STEP, which the chunk format relies on.
     """
+    env_id = registered_id(env_id)
     spec = gym.spec(env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_kwargs)
@@ -33,7 +52,7 @@ def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwar
 
 def env_spaces(env_id: str, **env_kwargs):
     """(single observation space, single action space) of an env id."""
-    env = gym.make(env_id, **env_kwargs)
+    env = gym.make(registered_id(env_id), **env_kwargs)
     try:
         return env.observation_space, env.action_space
     finally:

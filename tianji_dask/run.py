@@ -65,6 +65,14 @@ class Run:
             obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
         except Exception as err:  # noqa: BLE001 - any failure to build the env is the user's to fix
             raise PipelineError(f"env: cannot create {p.env.id} with kwargs {p.env.kwargs}: {err}") from None
+        for eid, extra in p.env.explorer_kwargs.items():
+            kwargs = p.env_kwargs_for(eid)
+            try:
+                spaces = env_spaces(p.env.id, **kwargs)
+            except Exception as err:  # noqa: BLE001
+                raise PipelineError(f"env.explorer_kwargs: cannot create {p.env.id} for explorer {eid} with kwargs {kwargs}: {err}") from None
+            if spaces != (obs_space, act_space):
+                raise PipelineError(f"env.explorer_kwargs: explorer {eid}'s env has other spaces than the rest ({spaces})")
         self._make_algo = functools.partial(
             make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed
         )
@@ -88,9 +96,11 @@ class Run:
             raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
         self._replay_ratio = None
         if progress is not None and c.replay_ratio is not None:
-            # measured (cartpole_dqn): pacing explorers to the ratio solved in 23 s where
-            # unpaced explorers out-produced the learner and took 38 s
-            self._replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [progress["ratio"], 2 * progress["ratio"]]
+            # auto: [r/2, 2r]. Measured on cartpole_dqn (r = 16): unpaced explorers out-produce the
+            # learner and slow its updates; a floor of r itself needs ~13k updates to solve,
+            # a floor of r/2 to 3r/8 about 7-8k, and env steps are cheap next to updates here
+            r = progress["ratio"]
+            self._replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [r / 2, 2 * r]
 
     def _spec(self, explorer_workers: int) -> dict:
         p = self.pipeline
@@ -123,7 +133,7 @@ class Run:
         if p.mode == "single":
             from tianji_dask.single import SingleProcessRun
 
-            self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env.kwargs, p.seed)
+            self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env_kwargs_for, p.seed)
             threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
             return self
         from distributed import Client
@@ -148,7 +158,9 @@ class Run:
         spec = self._spec(explorer_workers)
         client.register_plugin(StalenessController(spec["law"]["window"]), name="tianji")
         client.register_plugin(
-            EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed), name="tianji-envs"
+            EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed,
+                    explorer_kwargs=p.env.explorer_kwargs),
+            name="tianji-envs",
         )
         self.dashboard_link = client.dashboard_link
         self._learner_future = client.submit(

@@ -13,12 +13,13 @@ from tianji_dask.torch_setup import prepare_torch
 class SingleProcessRun:
     """Explorers take turns stepping their envs with the learner's own (always fresh) policy."""
 
-    def __init__(self, spec: dict, env_id: str, num_envs: int, env_kwargs: dict, seed: int):
+    def __init__(self, spec: dict, env_id: str, num_envs: int, env_kwargs_for, seed: int):
+        """``env_kwargs_for(explorer_id)``: the gymnasium kwargs of that explorer's envs."""
         prepare_torch(spec["threads"])
         self.spec = spec
         self.algo = spec["make_algo"]()
         self.rollouts = [
-            Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs) for i in range(spec["explorers"])
+            Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs_for(i)) for i in range(spec["explorers"])
         ]
         self.version = 0
         self._stop = threading.Event()

@@ -56,6 +56,11 @@ class Algorithm(ABC):
         """Take a SampleChunk consumed at ``staleness`` versions; return the env steps kept
         (0 when the algorithm drops it, e.g. on-policy data that is too old)."""
 
+    def accepts(self, staleness: int) -> bool:
+        """Would ``ingest`` keep a chunk this many versions stale? (On-policy algorithms refuse
+        data older than they can correct for; the learner then frees its credit at once.)"""
+        return True
+
     @abstractmethod
     def ready(self) -> bool:
         """True when ``learn()`` may run now (warm-up reached, replay ratio not exceeded, a full

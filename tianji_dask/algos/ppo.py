@@ -123,8 +123,11 @@ class PPO(Algorithm):
         load_weights(self.net, weights, self.actor_keys)
 
     # ---- learner side --------------------------------------------------------------------
+    def accepts(self, staleness: int) -> bool:
+        return staleness <= self.config.max_policy_lag
+
     def ingest(self, chunk: dict, staleness: int) -> int:
-        if staleness > self.config.max_policy_lag:
+        if not self.accepts(staleness):
             self.dropped_segments += 1
             return 0
         if "logprob" not in extras(chunk):

@@ -17,7 +17,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 WINDOW_LOG_LEN = 2000
-#: the window moves at most once per this many seconds, and only after a window's worth of chunks
+#: the window moves at most once per this many seconds, and only after half a window of chunks
 CONTROL_MIN_PERIOD_S = 0.2
 
 
@@ -26,7 +26,7 @@ class WindowLaw:
 
     Model (DESIGN, measured): mean staleness ~ W x u + K/2, with u the learner's updates per
     consumed chunk (consumption vs production) and K the publish interval. Once per control
-    period (at least W chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
+    period (at least W / 2 chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
     period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step
     bounded to max(1, W / 2), the result clamped to [w_min, w_max]. Without a target W stays put.
     Pure arithmetic: testable without a scheduler.
@@ -52,7 +52,7 @@ class WindowLaw:
             self._reset_period(t, learner_version)
         self.p_chunks += len(staleness)
         self.p_staleness += sum(staleness)
-        if self.p_chunks < max(1, self.window) or t - self.p_t < CONTROL_MIN_PERIOD_S:
+        if self.p_chunks < max(1, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
             return False
         s = self.p_staleness / self.p_chunks
         u = max(learner_version - self.p_version, 0) / self.p_chunks
@@ -81,14 +81,15 @@ class WindowLaw:
 
 
 def replay_gate(rho_min: float | None, samples_trained: float, env_steps: float, in_flight: int,
-                chunk_env_steps: int, warm: bool) -> bool:
+                chunk_env_steps: int, warm: bool, starving: bool = False) -> bool:
     """May one more chunk be admitted under the replay-ratio floor?
 
     ``env_steps`` counts env steps ingested past the algorithm's warm-up and ``samples_trained``
     the samples trained on since. Admit while the ratio, counting the data already in flight,
-    stays at or above ``rho_min``. Always admit during warm-up and when nothing is in flight (the
-    learner's own ceiling then holds the ratio, and an empty pipe cannot deadlock)."""
-    if rho_min is None or not warm or in_flight == 0:
+    stays at or above ``rho_min``. Always admit during warm-up, and when nothing is in flight
+    while the learner cannot train (``starving``: its ceiling holds it), so the pipe never
+    empties into a deadlock."""
+    if rho_min is None or not warm or (in_flight == 0 and starving):
         return True
     return samples_trained >= rho_min * (env_steps + in_flight * chunk_env_steps)
 
@@ -226,7 +227,7 @@ class StalenessController(SchedulerPlugin):
             if self.chunks_in_flight >= self.window:
                 break
             if not replay_gate(self.rho_min, prog["samples_trained"], prog["env_steps"], self.chunks_in_flight,
-                               self.chunk_env_steps, prog["warm"]):
+                               self.chunk_env_steps, prog["warm"], prog.get("starving", False)):
                 self.refused_replay_ratio += 1
                 break
             if key.startswith(EXPLORE_PREFIX) and key not in self.credited:

@@ -27,11 +27,13 @@ class EnvPool(WorkerPlugin):
 
     name = POOL_NAME
 
-    def __init__(self, run_id: str, env_id: str, num_envs: int, env_kwargs: dict, make_policy, seed: int):
+    def __init__(self, run_id: str, env_id: str, num_envs: int, env_kwargs: dict, make_policy, seed: int,
+                 explorer_kwargs: dict | None = None):
         self.run_id = run_id
         self.env_id = env_id
         self.num_envs = num_envs
         self.env_kwargs = env_kwargs
+        self.explorer_kwargs = explorer_kwargs or {}  # per stream, merged over env_kwargs
         self.make_policy = make_policy
         self.seed = seed
         self.rollouts: dict[int, Rollout] = {}
@@ -61,7 +63,8 @@ class EnvPool(WorkerPlugin):
             # a stream rebuilt on another worker gets fresh seeds, not a replay of the old episodes
             seed = self.seed * 100_003 + explorer_id * 1009 + self.rebuilds
             self.rebuilds += 1
-            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, self.env_kwargs)
+            kwargs = {**self.env_kwargs, **self.explorer_kwargs.get(explorer_id, {})}
+            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs)
         return self.rollouts[explorer_id]
 
     def policy_for(self, weights: dict, policy_version: int):
@@ -83,7 +86,13 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     rollout = pool.rollout(explorer_id)
     t0 = time.perf_counter()
     with context_meter.meter("env-step"):
-        chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
+        try:
+            chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
+        except Exception as err:
+            # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
+            pool.rollouts.pop(explorer_id, None)
+            rollout.close()
+            raise RuntimeError(f"explorer {explorer_id}, env {pool.env_id}: {type(err).__name__}: {err}") from err
     chunk["explore_s"] = time.perf_counter() - t0
     pool.env_steps += chunk["env_steps"]
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")

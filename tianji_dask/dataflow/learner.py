@@ -23,7 +23,8 @@ from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.torch_setup import prepare_torch
 
 STATUS_EVERY_S = 0.2
-REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
+REPORT_EVERY_S = 0.1
+HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left  # consumed chunks reach the controller at least this often
 
 
 class Learner:
@@ -52,6 +53,9 @@ class Learner:
         self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version)
         self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
         self._ctl: dict = {}
+        self._error: str | None = None  # why the run ended early, for the results
+        self._homes: list[str] = []
+        self._homes_at = 0.0
         self._apply_params(self._client.sync(
             self._client.scheduler.tianji_begin, run_id=self.run_id, law=spec["law"],
             learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"],
@@ -77,14 +81,13 @@ class Learner:
 
     # ---- background thread --------------------------------------------------------------
     def _main(self) -> None:
-        error = None
         try:
             self._loop()
         except BaseException:  # noqa: BLE001 - reported to the client, never swallowed
-            error = traceback.format_exc()
+            self._error = traceback.format_exc()
             self.ledger.request_stop("error")
         finally:
-            self._finish(error)
+            self._finish(self._error)
 
     def _publish(self, wait: bool = False) -> None:
         """Scatter the current weights under a versioned key, without waiting by default.
@@ -119,6 +122,7 @@ class Learner:
         lockstep = spec["mode"] == "lockstep"
         streams = range(spec["explorers"])
         per_stream = {eid: 0 for eid in streams}  # chunks in flight per explorer stream
+        failures = {eid: 0 for eid in streams}  # consecutive failed chunks per stream
         reports: list[list] = []  # consumed rows not yet reported to the controller
         reported_futs: list = []  # futures kept alive until their consumption is reported
         # received, not yet consumed: (future, explorer_id, submit_version, chunk); the future is
@@ -138,11 +142,20 @@ class Learner:
             must_wait = (lockstep and round_open) or (not algo.ready() and not n_want)
             batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
             for fut, chunk in batch:
-                _, eid, submit_version = self._in_flight.pop(fut.key)
+                _, eid, submit_version, _ = self._in_flight.pop(fut.key)
                 per_stream[eid] -= 1
+                if fut.status == "cancelled":
+                    ledger.record_lost(fut.key, eid, "cancelled: its explorer worker left")
+                    continue
                 if fut.status != "finished":
-                    ledger.record_lost(fut.key, eid, f"{type(chunk).__name__}: {chunk}")
+                    ledger.record_lost(fut.key, eid, _describe_error(chunk))
+                    failures[eid] += 1
+                    if failures[eid] >= spec["stop"].max_explorer_failures:
+                        ledger.request_stop("explorer_failures")
+                        self._error = (f"explorer {eid} failed {failures[eid]} chunks in a row; last: "
+                                       f"{_describe_error(chunk)}")
                     continue  # its credit comes back when the scheduler sees the task err
+                failures[eid] = 0
                 pending.append((fut, eid, submit_version, chunk))
             del batch
             # ... and consume it: off-policy data all at once (it goes to the replay); on-policy
@@ -176,18 +189,19 @@ class Learner:
                     want.append((f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}", eid))
                 reply = self._client.sync(
                     self._client.scheduler.tianji_cycle, consumed=reports, want=[k for k, _ in want],
-                    learner_version=self.version, progress=algo.replay_progress(),
+                    learner_version=self.version, progress=self._progress(),
                 )
                 reports, reported_futs, last_report = [], [], now
                 self._apply_params(reply)
                 explore = algo.exploration(ledger.env_steps, self.version)
                 for key, eid in want[: len(reply["granted"])]:
+                    home = self._home(eid)
                     fut = self._client.submit(
                         explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore,
-                        key=key, resources={"EXPLORER": 1}, pure=False,
+                        key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
                     )
                     per_stream[eid] += 1
-                    self._in_flight[key] = (fut, eid, self.version)
+                    self._in_flight[key] = (fut, eid, self.version, home)
                     ac.add(fut)
                 if lockstep and reply["granted"]:
                     round_open = True
@@ -208,7 +222,7 @@ class Learner:
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version,
-                          progress=algo.replay_progress())
+                          progress=self._progress())
         for fut, eid, _, _ in pending:
             ledger.record_lost(fut.key, eid, "received, not trained on at stop")
         outstanding = [entry[0] for entry in self._in_flight.values()]
@@ -222,32 +236,38 @@ class Learner:
     def _consume(self, pending: deque, lockstep: bool, reported_futs: list) -> list[list]:
         """Ingest received chunks; returns the controller's report rows for them.
 
-        On-policy, relaxed: chunks of an older version are consumed at once (they only get
-        staler: used at lag 1 under the clipped objective or dropped, by the algorithm's
-        ``max_policy_lag``), and chunks of the current version only until an update is ready,
-        the first to arrive first; the rest wait for the next version."""
-        algo, ledger = self.algo, self.ledger
-        rows = []
+        Off-policy or lockstep: everything at once. On-policy, relaxed: a chunk is consumed when
+        an update takes it, so its staleness is that of the data trained on and it holds its
+        credit until then (the window counts chunks waiting here). Chunks too stale to use are
+        consumed (dropped, counted) at once to free their credits; the rest in arrival order
+        until an update is ready. (Newest-version-first was tried: with a wide window older
+        chunks then wait forever and hold their credits.)"""
+        algo = self.algo
+        rows: list[list] = []
         take = list(pending)
         if algo.on_policy and not lockstep:
-            late = [p for p in take if p[3]["policy_version"] < self.version]
-            fresh = [p for p in take if p[3]["policy_version"] >= self.version]
-            take = list(late)
-            for item in fresh:
+            take, usable = [], []
+            for item in pending:
+                staleness = self.version - item[3]["policy_version"]
+                if self._drop_reason(item[3], staleness) or not algo.accepts(staleness):
+                    take.append(item)
+                else:
+                    usable.append(item)
+            for item in take:
+                self._ingest(item, rows)
+            for item in usable:
                 if algo.ready():
                     break
+                self._ingest(item, rows)
                 take.append(item)
-                self._ingest(item, rows)
-            for item in late:
-                self._ingest(item, rows)
         else:
             for item in take:
                 self._ingest(item, rows)
-        done = {p[0].key for p in take}
-        reported_futs.extend(p[0] for p in take)
-        kept_waiting = [p for p in pending if p[0].key not in done]
+        taken = {id(item) for item in take}
+        reported_futs.extend(item[0] for item in take)
+        waiting = [item for item in pending if id(item) not in taken]
         pending.clear()
-        pending.extend(kept_waiting)
+        pending.extend(waiting)
         return rows
 
     def _ingest(self, item: tuple, rows: list) -> None:
@@ -263,6 +283,22 @@ class Learner:
         staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
         rows.append([key, eid, chunk["env_steps"], chunk["nbytes"], staleness, age_s, reason is not None])
 
+    def _home(self, explorer_id: int) -> list[str] | None:
+        """The explorer worker a stream runs on: its envs live there, and a slow stream does not
+        queue a fast one behind it. The restriction is strict (dask cannot combine loose worker
+        restrictions with resources, distributed#4792), so chunks waiting for a worker that has
+        left are cancelled here, reported lost, and the stream moves to another worker."""
+        now = time.time()
+        if now - self._homes_at > HOMES_EVERY_S:  # workers come and go (adaptive clusters)
+            workers = self._client.sync(self._client.scheduler.identity, n_workers=-1).get("workers", {})
+            homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER"))
+            gone = set(self._homes) - set(homes)
+            self._homes, self._homes_at = homes, now
+            orphans = [entry[0] for entry in self._in_flight.values() if entry[3] and entry[3][0] in gone]
+            if orphans:
+                self._client.cancel(orphans)  # they come out of as_completed as cancelled
+        return [self._homes[explorer_id % len(self._homes)]] if self._homes else None
+
     def _wanted(self, lockstep: bool, round_open: bool, n_streams: int, waiting: int = 0) -> int:
         """Chunks to ask for now: lockstep, a whole round at once; relaxed, up to the controller's
         window, and none while the replay ratio would fall below its floor. The controller
@@ -274,10 +310,16 @@ class Learner:
         progress = self.algo.replay_progress()
         if n_want and progress is not None and not replay_gate(
             self._ctl["rho_min"], progress["samples_trained"], progress["env_steps"], in_flight,
-            self.spec["chunk_env_steps"], progress["warm"],
+            self.spec["chunk_env_steps"], progress["warm"], starving=not self.algo.ready(),
         ):
             return 0
         return n_want
+
+    def _progress(self) -> dict | None:
+        progress = self.algo.replay_progress()
+        if progress is not None:
+            progress["starving"] = not self.algo.ready()
+        return progress
 
     def _apply_params(self, params: dict) -> None:
         """Take the controller's current parameters (they change when a client configures it)."""
@@ -323,10 +365,19 @@ class Learner:
         ledger.t_end = time.time()
         self._update_status(ledger.t_end)
         episodes, chunks = ledger.arrays()
-        results = ledger.results(self.version, extra={"error": error, "algo_counters": self.algo.counters()})
+        results = ledger.results(self.version, extra={
+            "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
+        })
         self._weights.clear()
         if self._publishing is not None:
             self._publishing[2].cancel()
             self._publishing = None
         self._final = {"results": results, "episodes": episodes, "chunks": chunks}
         self._update_status(time.time())
+
+
+def _describe_error(error) -> str:
+    """One line for a failed explorer task (``as_completed`` hands over ``(type, value, tb)``)."""
+    if isinstance(error, tuple) and len(error) == 3:
+        error = error[1]
+    return f"{type(error).__name__}: {error}"

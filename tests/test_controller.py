@@ -1,0 +1,266 @@
+"""The staleness controller: its law on its own, its handlers, and on a real cluster."""
+
+import time
+
+import numpy as np
+import pytest
+
+from tianji_dask.config import PipelineError
+from tianji_dask.dataflow.controller import StalenessController, WindowLaw, replay_gate
+from tianji_dask.run import Run
+
+
+# ---- the law, as arithmetic ----------------------------------------------------------------
+def _plant(law: WindowLaw, u: float, periods: int, t0: float = 0.0, k: float = 0.0) -> float:
+    """Feed the law the staleness its own window would produce (s = W u + k) for some periods."""
+    t, version = t0, 0
+    for _ in range(periods):
+        for _ in range(law.window):
+            t += 0.1
+            version += u
+            law.observe(t, int(version), [int(round(law.window * u + k))])
+    return t
+
+
+def test_law_without_target_keeps_the_window():
+    law = WindowLaw(5, target=None, w_min=1, w_max=16)
+    _plant(law, u=1.0, periods=20)
+    assert law.window == 5
+    assert law.last["staleness"] == 5  # it still measures
+
+
+@pytest.mark.parametrize("start,target,u", [(12, 2, 1.0), (1, 8, 1.0), (16, 4, 2.0), (2, 6, 0.5)])
+def test_law_settles_at_the_target(start, target, u):
+    law = WindowLaw(start, target=target, w_min=1, w_max=32, gain=0.5)
+    _plant(law, u=u, periods=40)
+    assert abs(law.window * u - target) <= max(u, 1.0)
+
+
+def test_law_steps_are_bounded_and_clamped():
+    law = WindowLaw(8, target=0, w_min=3, w_max=10)
+    windows = [law.w]
+    t = 0.0
+    for _ in range(60):
+        t += 0.1
+        if law.observe(t, 0, [100]):  # far above target
+            windows.append(law.w)
+    steps = np.diff(windows)
+    assert (steps >= -np.maximum(1, np.array(windows[:-1]) / 2) - 1e-9).all()  # at most max(1, W/2) per period
+    assert min(windows) == 3 and law.window == 3  # never below w_min
+    law.configure(target=1000)
+    for _ in range(30):
+        for _ in range(law.window):
+            t += 0.1
+            law.observe(t, 0, [0])
+    assert law.window == 10  # nor above w_max
+
+
+def test_replay_gate():
+    # warm-up and an empty pipe always admit; afterwards the ratio counting in-flight data decides
+    assert replay_gate(16.0, 0, 0, 3, 256, warm=False)
+    assert replay_gate(16.0, 0, 10_000, 0, 256, warm=True, starving=True)
+    assert not replay_gate(16.0, 0, 10_000, 0, 256, warm=True, starving=False)  # it has work: wait
+    assert not replay_gate(16.0, 16 * 10_000, 10_000, 1, 256, warm=True)
+    assert replay_gate(16.0, 16 * (10_000 + 256), 10_000, 1, 256, warm=True)
+    assert replay_gate(None, 0, 10_000, 5, 256, warm=True)
+
+
+def test_auto_replay_ratio_is_half_to_double_the_algorithms_own():
+    run = Run("cartpole_dqn", overrides={"controller.replay_ratio": "auto"})
+    assert run.law()["replay_ratio"] == [8.0, 32.0]  # r = 0.125 updates/env step x 128 samples
+    import yaml
+
+    from tianji_dask.config import bundled_pipelines_dir
+
+    data = yaml.safe_load((bundled_pipelines_dir() / "cartpole_dqn.yaml").read_text())
+    data["controller"]["replay_ratio"] = None
+    assert Run(data).law()["replay_ratio"] is None  # null: no pacing
+    assert Run("cartpole_ppo").law()["replay_ratio"] is None  # PPO does not replay
+
+
+def test_handlers_grant_refuse_and_count():
+    ctl = StalenessController()
+    params = ctl.begin("r1", {"window": 2, "replay_ratio": [16, 32]}, chunk_env_steps=256)
+    assert params["window"] == 2 and params["rho_min"] == 16 and params["rho_max"] == 32
+    keys = [f"tianji-explore-r1-{i}" for i in range(4)]
+    warm = {"env_steps": 0, "samples_trained": 0, "warm": False}
+    assert ctl.cycle(want=keys, progress=warm)["granted"] == keys[:2]  # the window
+    # a consumed report returns the credit; the ratio is too low to admit more
+    low = {"env_steps": 1000, "samples_trained": 100, "warm": True}
+    reply = ctl.cycle(consumed=[[keys[0], 0, 256, 10, 3, 0.1, False]], want=keys[2:], progress=low, learner_version=3)
+    assert reply["granted"] == [] and ctl.refused_replay_ratio == 1 and ctl.chunks_in_flight == 1
+    ok = {"env_steps": 1000, "samples_trained": 16 * 2000, "warm": True}
+    assert ctl.cycle(want=keys[2:], progress=ok)["granted"] == keys[2:3]
+    ctl.cycle(consumed=[[keys[1], 1, 256, 10, 0, 0.1, True]], progress=ok)
+    state = ctl.state(history=True)
+    assert state["chunks_consumed"] == 2 and state["chunks_dropped"] == 1
+    assert state["staleness_hist"] == {"0": 1, "3": 1} and len(state["history"]) == 2
+    # an erred or forgotten task gives its credit back
+    ctl.transition(keys[2], "processing", "erred")
+    assert ctl.chunks_in_flight == 0 and state["credits_granted"] == 3
+
+
+@pytest.mark.parametrize("settings,field", [
+    ({"window": 0}, "window"),
+    ({"window_min": 5, "window_max": 2}, "window_min"),
+    ({"staleness_target": -1}, "staleness_target"),
+    ({"gain": 3}, "gain"),
+    ({"replay_ratio": [4, 2]}, "replay_ratio"),
+    ({"max_staleness": -2}, "max_staleness"),
+])
+def test_configure_rejects_bad_values(settings, field):
+    ctl = StalenessController()
+    ctl.begin("r", {"window": 2})
+    with pytest.raises(ValueError, match=f"^{field}"):
+        ctl.configure(**settings)
+    assert ctl.params_version == 0  # nothing half-applied
+
+
+def test_configure_moves_the_target_and_switches_filters():
+    ctl = StalenessController()
+    ctl.begin("r", {"window": 4, "staleness_target": 2, "window_min": 1, "window_max": 8, "max_staleness": 5})
+    state = ctl.configure(staleness_target=6, max_staleness=None, window_max=12)
+    assert state["staleness_target"] == 6 and state["max_staleness"] is None and state["window_max"] == 12
+    assert ctl.params()["params_version"] == 1
+    state = ctl.configure(staleness_target=None)
+    assert state["staleness_target"] is None and state["window"] == 4
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"controller.window_min": 1, "algo.config.segments_per_batch": 2},
+     "controller.window_min: must be >= 2, the chunks one ppo update needs"),
+    ({"controller.window": 1, "algo.config.segments_per_batch": 3},
+     "controller.window: must be >= 3, the chunks one ppo update needs"),
+    ({"controller.replay_ratio": [1, 2]}, "controller.replay_ratio: ppo does not replay"),
+])
+def test_window_below_one_update_is_refused(overrides, message):
+    with pytest.raises(PipelineError, match=message):
+        Run("cartpole_ppo", overrides=overrides)
+
+
+# ---- on a real cluster -----------------------------------------------------------------------
+#: explorer-heavy, learner-slow: 64-step chunks from two explorers, a 128x128 PPO learner that
+#: makes 8 epochs over each; every chunk is used (no lag limit) so staleness shows the window
+SLOW_LEARNER = {
+    "env.num_envs": 4, "chunk_steps": 16, "algo.config.hidden": [128, 128], "algo.config.update_epochs": 8,
+    "algo.config.num_minibatches": 4, "algo.config.max_policy_lag": 1000, "stop.target_return": None,
+    "stop.max_seconds": 120,
+}
+
+
+def _staleness_between(results, t0, t1):
+    h = np.array(results["controller"]["history"])
+    sel = h[(h[:, 0] > t0) & (h[:, 0] <= t1)]
+    assert len(sel) >= 5, f"only {len(sel)} chunks consumed between the marks"
+    return float(sel[:, 4].mean())
+
+
+def test_staleness_target_is_held_and_followed(tianji_client, tmp_path):
+    # the controller off, a wide fixed window: staleness grows to about the window
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "off", overrides={**SLOW_LEARNER, "controller.window": 12})
+    run.start()
+    t0 = time.time()
+    time.sleep(7)
+    run.stop()
+    off = run.wait(timeout=60)
+    assert off["controller"]["staleness_target"] is None and off["controller"]["window"] == 12
+    assert _staleness_between(off, t0 + 3, t0 + 7) > 6
+
+    # target 2: held after warm-up; then moved to 6 from outside, and followed
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "on", overrides={**SLOW_LEARNER, "controller.staleness_target": 2})
+    run.start()
+    t0 = time.time()
+    time.sleep(7)
+    state = run.configure(staleness_target=6)
+    t1 = time.time()
+    assert state["staleness_target"] == 6
+    time.sleep(8)
+    live = run.controller_state()
+    run.stop()
+    on = run.wait(timeout=60)
+    assert abs(_staleness_between(on, t0 + 3, t1) - 2) <= 1
+    assert abs(_staleness_between(on, t1 + 4, t1 + 8) - 6) <= 1.5
+    assert live["window"] > 3  # the window followed the new target
+    log = np.array([row for row in on["controller"]["window_log"] if row[3] is not None], dtype=float)
+    assert len(log) >= 5 and (log[:, 1] >= 1).all()
+    assert on["controller"]["chunks_in_flight"] == 0
+
+
+def test_slow_explorer_does_not_stall_relaxed_ppo(tianji_client, tmp_path):
+    # explorer 0 sleeps 10 ms per env step (about 0.6 s per chunk), explorer 1 runs at full speed
+    overrides = {
+        "env.id": "sleepy_env:SleepyCartPole-v0", "env.num_envs": 4, "chunk_steps": 16,
+        "env.explorer_kwargs": {0: {"sleep_s": 0.01}}, "stop.target_return": None, "stop.max_seconds": 6,
+    }
+    relaxed = Run("cartpole_ppo", tianji_client, out=tmp_path / "relaxed", overrides=overrides).start().wait()
+    lockstep = Run("cartpole_ppo", tianji_client, out=tmp_path / "lockstep",
+                   overrides={**overrides, "mode": "lockstep"}).start().wait()
+    per_explorer = relaxed["controller"]["per_explorer_env_steps"]
+    slow_chunks = per_explorer.get("0", 0) // 64
+    # lockstep waits for the slow explorer every round; relaxed updates at the fast one's pace
+    lock_slow = lockstep["controller"]["per_explorer_env_steps"]["0"] // 64
+    assert lockstep["updates"] <= 2 * (lock_slow + 1)  # one chunk per explorer per round, one update each
+    assert relaxed["updates"] >= 5 * max(slow_chunks, 1)
+    assert relaxed["updates"] >= 3 * lockstep["updates"]
+    # the slow explorer's late segments were dropped (max_policy_lag 1) and counted
+    assert relaxed["chunks_dropped"].get("algorithm", 0) >= 1
+    assert relaxed["algo_counters"]["dropped_segments"] >= relaxed["chunks_dropped"]["algorithm"]
+
+
+def test_max_staleness_filter_drops_and_counts(tianji_client, tmp_path):
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "filter",
+              overrides={**SLOW_LEARNER, "controller.window": 12, "controller.max_staleness": 3, "stop.max_seconds": 6})
+    results = run.start().wait()
+    dropped = results["chunks_dropped"].get("max_staleness", 0)
+    assert dropped >= 5
+    assert results["controller"]["chunks_dropped"] == sum(results["chunks_dropped"].values())
+    assert results["env_steps_trained"] < results["env_steps"]
+    # nothing staler than the bound was trained on
+    from tianji_dask.metrics import CHUNK_FIELDS
+    chunks = np.loadtxt(run.out / "chunks.csv", delimiter=",", skiprows=1, ndmin=2)
+    assert chunks[:, CHUNK_FIELDS.index("staleness_versions")].max() > 3  # some arrived too stale ...
+    assert results["updates"] <= results["chunks"] - dropped  # ... and only the rest fed updates
+
+
+def test_replay_ratio_band_paces_explorers(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "rho",
+              overrides={"stop.target_return": None, "stop.max_seconds": 8})
+    results = run.start().wait()
+    ctrl = results["controller"]
+    lo, hi = ctrl["replay_ratio"]
+    assert (lo, hi) == (6.0, 24.0)  # the pipeline's band
+    prog = results["replay_progress"]
+    rho = prog["samples_trained"] / prog["env_steps"]
+    # at most a chunk's worth of data beyond the floor; never above the ceiling
+    assert lo * (prog["env_steps"] - 2 * 256) / prog["env_steps"] <= rho <= hi
+    assert ctrl["refused_replay_ratio"] > 0  # explorers were held back, not the learner
+
+
+def test_explorer_errors_return_their_credits(tianji_client, tmp_path):
+    # explorer 0's envs break after 40 steps: every other chunk fails and its envs are rebuilt
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "fail", overrides={
+        "env.id": "sleepy_env:FailingCartPole-v0", "env.explorer_kwargs": {0: {"fail_after": 40}},
+        "stop.target_return": None, "stop.max_seconds": 4,
+    })
+    results = run.start().wait()
+    ctrl = results["controller"]
+    erred = [lost for lost in results["lost"] if "FailingCartPole: broke" in lost["reason"]]
+    assert erred and all(lost["explorer_id"] == 0 for lost in erred)
+    assert erred[0]["reason"].startswith("RuntimeError: explorer 0, env sleepy_env:FailingCartPole-v0: RuntimeError")
+    assert ctrl["credits_returned"]["erred"] >= len(erred)
+    assert ctrl["chunks_in_flight"] == 0 and ctrl["credits_granted"] == sum(ctrl["credits_returned"].values())
+    assert results["stop_reason"] == "max_seconds" and results["updates"] > 0
+    assert ctrl["per_explorer_env_steps"]["0"] > 0  # the rebuilt envs produced chunks again
+
+
+def test_an_explorer_that_always_fails_stops_the_run(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "broken", overrides={
+        "env.id": "sleepy_env:FailingCartPole-v0", "env.explorer_kwargs": {1: {"fail_after": 0}},
+        "stop.target_return": None, "stop.max_seconds": 60, "stop.max_explorer_failures": 3,
+    })
+    results = run.start().wait()
+    assert results["stop_reason"] == "explorer_failures"
+    assert results["error"].startswith("explorer 1 failed 3 chunks in a row; last: RuntimeError: explorer 1")
+    assert results["wall_s"] < 30
+    assert results["controller"]["chunks_in_flight"] == 0
+    assert (run.out / "results.json").exists()
