@@ -68,13 +68,7 @@ def test_replay_gate():
 def test_auto_replay_ratio_is_half_to_double_the_algorithms_own():
     run = Run("cartpole_dqn", overrides={"controller.replay_ratio": "auto"})
     assert run.law()["replay_ratio"] == [8.0, 32.0]  # r = 0.125 updates/env step x 128 samples
-    import yaml
-
-    from tianji_dask.config import bundled_pipelines_dir
-
-    data = yaml.safe_load((bundled_pipelines_dir() / "cartpole_dqn.yaml").read_text())
-    data["controller"]["replay_ratio"] = None
-    assert Run(data).law()["replay_ratio"] is None  # null: no pacing
+    assert Run("cartpole_dqn", overrides={"controller.replay_ratio": None}).law()["replay_ratio"] is None  # null: no pacing
     assert Run("cartpole_ppo").law()["replay_ratio"] is None  # PPO does not replay
 
 
@@ -264,3 +258,51 @@ def test_an_explorer_that_always_fails_stops_the_run(tianji_client, tmp_path):
     assert results["wall_s"] < 30
     assert results["controller"]["chunks_in_flight"] == 0
     assert (run.out / "results.json").exists()
+
+
+# ---- TianJi's levers ---------------------------------------------------------------------------
+def test_balance_helper_and_updates_per_pass():
+    import yaml
+
+    from tianji_dask.config import bundled_pipelines_dir, parse_pipeline
+
+    data = yaml.safe_load((bundled_pipelines_dir() / "tianji_cartpole_dqn.yaml").read_text())
+    del data["chunk_steps"], data["learner"]["publish_every"]
+    data["balance"] = {"chunk_steps_total": 64, "publish_every_total": 512}
+    for explorers, chunk, publish in ((1, 64, 512), (4, 16, 128), (8, 8, 64)):
+        p = parse_pipeline({**data, "explorers": explorers})
+        assert (p.chunk_steps, p.learner.publish_every) == (chunk, publish)
+    data["learner"]["updates_per_pass"] = "ln_explorers"
+    assert [parse_pipeline({**data, "explorers": a}).updates_per_pass for a in (1, 2, 4, 8, 16)] == [1, 1, 1, 2, 3]
+    with pytest.raises(PipelineError, match="^balance: derives chunk_steps"):
+        parse_pipeline({**data, "chunk_steps": 32})
+
+
+def test_epsilon_can_follow_learner_updates():
+    from tianji_dask.algos.dqn import DQN, DQNConfig
+    from tianji_dask.envs import env_spaces
+
+    spaces = env_spaces("CartPole-v1")
+    by_steps = DQN(*spaces, DQNConfig(eps_decay_steps=1000))
+    by_updates = DQN(*spaces, DQNConfig(eps_decay_steps=1000, eps_decay_on="updates"))
+    assert by_steps.exploration(env_steps=1000, updates=0)["epsilon"] == pytest.approx(0.04)
+    assert by_updates.exploration(env_steps=1000, updates=0)["epsilon"] == pytest.approx(1.0)
+    assert by_updates.exploration(env_steps=0, updates=500)["epsilon"] == pytest.approx(0.52)
+
+
+def test_tianji_pipeline_runs_and_drops_on_refresh(tianji_client, tmp_path):
+    # TianJi's setting, publishing every update so refreshes happen during most chunks
+    run = Run("tianji_cartpole_dqn", tianji_client, out=tmp_path / "tianji", overrides={
+        "learner.publish_every": 1, "stop.target_return": None, "stop.max_seconds": 5, "stop.max_updates": None,
+    })
+    results = run.start().wait()
+    assert results["error"] is None and results["explorers"] == 4 and results["updates"] > 0
+    dropped = results["chunks_dropped"].get("refresh", 0)
+    assert dropped > 0 and results["env_steps_trained"] < results["env_steps"]
+    # the same run without the lever keeps everything
+    run = Run("tianji_cartpole_dqn", tianji_client, out=tmp_path / "keep", overrides={
+        "learner.publish_every": 1, "learner.drop_on_refresh": False, "stop.target_return": None,
+        "stop.max_seconds": 3, "stop.max_updates": None,
+    })
+    results = run.start().wait()
+    assert results["chunks_dropped"] == {} and results["env_steps_trained"] == results["env_steps"]

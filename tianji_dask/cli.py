@@ -99,6 +99,7 @@ def cmd_train(args) -> int:
     from tianji_dask.run import Run
 
     overrides = {"mode": args.mode, "explorers": args.explorers, "seed": args.seed, "stop.max_seconds": args.max_seconds}
+    overrides = {k: v for k, v in overrides.items() if v is not None}  # flags not given
     if args.scheduler:
         overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
     run = Run(args.pipeline, out=args.out, overrides=overrides)

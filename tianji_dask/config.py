@@ -230,8 +230,6 @@ def _apply_overrides(data: dict, overrides: dict) -> dict:
 
     data = copy.deepcopy(data)
     for dotted, value in overrides.items():
-        if value is None:
-            continue
         node = data
         *parents, leaf = dotted.split(".")
         for part in parents:
