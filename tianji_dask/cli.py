@@ -45,7 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
     train.add_argument("--out", help="results directory (default runs/NAME-MODE-TIME-ID)")
     train.add_argument("--quiet", action="store_true", help="no live progress display")
+    plot = sub.add_parser("plot", help="write PNG figures of recorded runs (several runs: one figure each, overlaid)")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's results directory")
+    plot.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots of the first run)")
     return parser
+
+
+def cmd_plot(args) -> int:
+    from tianji_dask.observe.plots import RunDirError, load_run, write_plots
+
+    try:
+        runs = [load_run(d) for d in args.run_dirs]
+    except RunDirError as err:
+        print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    out = args.out or str(runs[0]["dir"] / "plots")
+    for path in write_plots(runs, out):
+        print(f"tianji-dask: wrote {path}")
+    return 0
 
 
 def _fmt(value, spec=".1f", none="-"):
@@ -137,6 +154,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "plot":
+            return cmd_plot(args)
     except PipelineError as err:
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,13 +9,17 @@ O(1) or O(chunks reported) and never blocks the scheduler's event loop.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, deque
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+logger = logging.getLogger("tianji_dask.controller")
+
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
+SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
 #: the window moves at most once per this many seconds, and only after half a window of chunks
 CONTROL_MIN_PERIOD_S = 0.2
@@ -138,6 +142,8 @@ class StalenessController(SchedulerPlugin):
         self.history: deque[tuple] = deque(maxlen=HISTORY_LEN)
         # (t, window, target, mean staleness of the period, updates per chunk) at every control step
         self.window_log: deque[tuple] = deque(maxlen=WINDOW_LOG_LEN)
+        # the learner's own figures, sent about twice a second: dicts with "t" added
+        self.learner_series: deque[dict] = deque(maxlen=SERIES_LEN)
         self.t_reset = time.time()
 
     @property
@@ -159,6 +165,16 @@ class StalenessController(SchedulerPlugin):
     # ---- plugin hooks -------------------------------------------------------------------
     async def start(self, scheduler):
         self.scheduler = scheduler
+        # what a user watches: tianji_* series on /metrics and the /tianji dashboard page (here
+        # as the fallback route when the page was not installed before the scheduler started);
+        # neither may stop the controller from working
+        try:
+            from tianji_dask.observe import dashboard, prometheus
+
+            prometheus.watch(self)
+            dashboard.ensure_page(scheduler)
+        except Exception as err:  # noqa: BLE001
+            logger.warning("tianji: dashboard page or metrics not installed: %s", err)
         scheduler.handlers.update(
             {
                 "tianji_begin": self.begin,
@@ -189,15 +205,18 @@ class StalenessController(SchedulerPlugin):
         return self.params()
 
     def cycle(self, consumed: list | None = None, want: list | None = None, learner_version: int | None = None,
-              progress: dict | None = None) -> dict:
+              progress: dict | None = None, learner_status: dict | None = None) -> dict:
         """Report consumed chunks and ask credits for new explorer task keys, in one round trip.
 
         ``consumed``: rows ``(key, explorer_id, env_steps, nbytes, staleness_versions, age_s,
         dropped)``. ``progress``: the learner's replay counters (``env_steps`` past warm-up,
-        ``samples_trained``, ``warm``). Returns the keys granted, in the order asked, and the
-        current parameters.
+        ``samples_trained``, ``warm``). ``learner_status``: the learner's own figures (mean return,
+        updates, busy time, ...), for the dashboard and metrics. Returns the keys granted, in the
+        order asked, and the current parameters.
         """
         now = time.time()
+        if learner_status:
+            self.learner_series.append({**learner_status, "t": now})
         if learner_version is not None:
             self.learner_version = int(learner_version)
         if progress:
@@ -303,7 +322,9 @@ class StalenessController(SchedulerPlugin):
             "age_max_s": self.age_max_s if n else None,
             "per_explorer_env_steps": {str(k): v for k, v in sorted(self.per_explorer_steps.items())},
         }
+        out["learner"] = dict(self.learner_series[-1]) if self.learner_series else None
         if history:
             out["history"] = [list(row) for row in self.history]
             out["window_log"] = [list(row) for row in self.window_log]
+            out["learner_series"] = list(self.learner_series)
         return out

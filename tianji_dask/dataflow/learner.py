@@ -24,6 +24,7 @@ from tianji_dask.torch_setup import prepare_torch
 
 STATUS_EVERY_S = 0.2
 REPORT_EVERY_S = 0.1
+LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
 HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left  # consumed chunks reach the controller at least this often
 
 
@@ -129,6 +130,7 @@ class Learner:
         # held until its consumption is reported, or its credit would come back as forgotten
         pending: deque = deque()
         last_report = time.time()
+        last_sent_status = 0.0
         ac = as_completed([], with_results=True, raise_errors=False)
         self._publish(wait=True)
         last_status = 0.0
@@ -175,7 +177,7 @@ class Learner:
             # 3. ask for work for the least-loaded streams before training, so explorers run
             #    while we train; report consumed chunks at least every REPORT_EVERY_S
             now = time.time()
-            if n_want or (reports and now - last_report >= REPORT_EVERY_S):
+            if n_want or (reports and now - last_report >= REPORT_EVERY_S) or now - last_report >= LEARNER_STATUS_EVERY_S:
                 if n_want and (self.version - self._published_version >= spec["publish_every"] or (
                     lockstep and self._published_version != self.version
                 )):
@@ -187,9 +189,12 @@ class Learner:
                 for _ in range(n_want):
                     eid = min(streams, key=lambda e: per_stream[e] + sum(1 for _, w in want if w == e))
                     want.append((f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}", eid))
+                status = None
+                if now - last_sent_status >= LEARNER_STATUS_EVERY_S:
+                    status, last_sent_status = self._learner_status(now), now
                 reply = self._client.sync(
                     self._client.scheduler.tianji_cycle, consumed=reports, want=[k for k, _ in want],
-                    learner_version=self.version, progress=self._progress(),
+                    learner_version=self.version, progress=self._progress(), learner_status=status,
                 )
                 reports, reported_futs, last_report = [], [], now
                 self._apply_params(reply)
@@ -222,7 +227,7 @@ class Learner:
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version,
-                          progress=self._progress())
+                          progress=self._progress(), learner_status=self._learner_status(time.time()))
         for fut, eid, _, _ in pending:
             ledger.record_lost(fut.key, eid, "received, not trained on at stop")
         outstanding = [entry[0] for entry in self._in_flight.values()]
@@ -314,6 +319,19 @@ class Learner:
         ):
             return 0
         return n_want
+
+    def _learner_status(self, now: float) -> dict:
+        """Small and flat: what the dashboard and the Prometheus collector show of the learner."""
+        ledger = self.ledger
+        progress = self.algo.replay_progress()
+        return {
+            "version": self.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
+            "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
+            "mean_return": ledger.mean_return(), "elapsed_s": now - ledger.t_run_start,
+            "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
+            "replay_ratio": (progress["samples_trained"] / progress["env_steps"])
+            if progress and progress["env_steps"] else None,
+        }
 
     def _progress(self) -> dict | None:
         progress = self.algo.replay_progress()

@@ -1,0 +1,144 @@
+"""Watching a run: the /tianji dashboard page (in a real browser too), /metrics, plots."""
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tianji_dask  # noqa: F401 - installs the dashboard pages before the cluster starts
+from tianji_dask.run import Run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def dashboard_client():
+    """A cluster with its dashboard on a free port (the shared test cluster has none)."""
+    from distributed import Client
+
+    from tianji_dask.cluster import local_cluster
+
+    cluster = local_cluster(explorer_workers=2, dashboard_address="127.0.0.1:0")
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.status, resp.read().decode()
+
+
+def _metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, f"{name} missing from /metrics"
+    return float(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def live_run(dashboard_client, tmp_path_factory):
+    """A DQN run that keeps going while the tests look at it; stopped at the end."""
+    out = tmp_path_factory.mktemp("observe") / "run"
+    run = Run("cartpole_dqn", dashboard_client, out=out, overrides={"stop.max_seconds": 120, "stop.target_return": None})
+    run.start()
+    deadline = time.time() + 60
+    while run.status().get("episodes", 0) < 20 and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)  # a few dashboard ticks
+    yield run
+    run.stop()
+    run.wait(timeout=60)
+
+
+def _base(client) -> str:
+    return client.dashboard_link.rsplit("/", 1)[0]
+
+
+def test_tianji_page_serves_plots_with_data(live_run, dashboard_client):
+    from bokeh.client import pull_session
+    from bokeh.models import ColumnDataSource, Plot
+
+    base = _base(dashboard_client)
+    status, html = _get(f"{base}/tianji")
+    assert status == 200 and "tianji" in html
+    with pull_session(url=f"{base}/tianji") as session:
+        doc = session.document
+        titles = {p.title.text for p in doc.select({"type": Plot})}
+        assert {"tianji: mean episode return (100 episodes)", "tianji: staleness histogram",
+                "tianji: controller window and chunks in flight",
+                "tianji: env steps/s produced vs samples/s consumed"} <= titles
+        sources = list(doc.select({"type": ColumnDataSource}))
+        filled = [s for s in sources if s.data and len(next(iter(s.data.values()))) > 0]
+        assert len(filled) >= 5, f"only {len(filled)} of {len(sources)} plot sources hold data"
+        returns = [s for s in sources if "mean_return" in s.data][0]
+        assert np.nanmax(np.asarray(returns.data["mean_return"], dtype=float)) > 0
+    plots = json.loads(_get(f"{base}/individual-plots.json")[1])
+    assert any("tianji" in name.lower() for name in plots), plots
+
+
+def test_metrics_carry_tianji_series_that_move(live_run, dashboard_client):
+    base = _base(dashboard_client)
+    first = _get(f"{base}/metrics")[1]
+    time.sleep(1.5)
+    second = _get(f"{base}/metrics")[1]
+    for name in ("tianji_learner_version", "tianji_chunks_consumed_total", "tianji_env_steps_consumed_total",
+                 "tianji_chunks_in_flight", "tianji_window", "tianji_staleness_versions_count",
+                 "tianji_staleness_versions_sum", "tianji_mean_return"):
+        _metric(second, name)
+    assert _metric(second, "tianji_learner_version") > _metric(first, "tianji_learner_version")
+    assert _metric(second, "tianji_env_steps_consumed_total") > _metric(first, "tianji_env_steps_consumed_total")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_tianji_page_renders_in_a_real_browser(live_run, dashboard_client, tmp_path):
+    import io
+
+    from PIL import Image
+
+    from browser import Browser
+
+    shot = Path(os.environ.get("TIANJI_ARTIFACTS", tmp_path)) / "tianji-dashboard.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    browser = Browser(CHROMIUM, tmp_path / "profile")
+    try:
+        # the plot titles as the page's Bokeh document holds them (Bokeh draws them on canvas)
+        titles, png = browser.visit(
+            f"{_base(dashboard_client)}/tianji", wait_s=6,
+            script="window.Bokeh ? Bokeh.documents.flatMap(d => [...d.all_models])"
+                   ".filter(m => m.type == 'Title').map(m => m.text) : []",
+        )
+    finally:
+        browser.close()
+    shot.write_bytes(png)
+    print(f"dashboard screenshot: {shot}")
+    assert "tianji: mean episode return (100 episodes)" in titles and len(titles) >= 7, titles
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    # the plots drew: lines in the plot colour, and a page that is far from one flat colour
+    blue = (abs(img[..., 0] - 0x1F) < 30) & (abs(img[..., 1] - 0x77) < 30) & (abs(img[..., 2] - 0xB4) < 30)
+    assert blue.sum() > 200, f"no plot lines in {shot}"
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+
+
+def test_plot_command_writes_pngs(tmp_path):
+    from tianji_dask.cli import main
+
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / f"run{seed}"
+        Run("cartpole_ppo", out=out, overrides={"mode": "single", "seed": seed, "stop.max_env_steps": 30_000}).start().wait()
+        runs.append(str(out))
+    assert main(["plot", *runs, "--out", str(tmp_path / "plots")]) == 0
+    names = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert names == ["return_vs_env_steps.png", "return_vs_time.png", "staleness_hist.png", "throughput.png"]
+    for name in names:
+        assert (tmp_path / "plots" / name).stat().st_size > 5_000
+    # a directory that is not a run: one line, exit 2, nothing written
+    assert main(["plot", str(tmp_path / "nowhere"), "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()

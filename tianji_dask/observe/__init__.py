@@ -1,0 +1,1 @@
+"""Watching a run: the dashboard page, Prometheus metrics, plots."""

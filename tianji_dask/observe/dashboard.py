@@ -1,0 +1,217 @@
+"""The ``/tianji`` page of the Dask dashboard, and one page per plot for JupyterLab's Dask pane.
+
+Installed three ways (DESIGN, notes on the dashboard):
+- ``install()`` adds the pages to distributed's table of scheduler pages; it runs on
+  ``import tianji_dask``, so a LocalCluster (or dask-jobqueue cluster) made afterwards in the same
+  process serves them, and ``dask scheduler --preload tianji_dask.preload`` does the same for an
+  external scheduler. Pages named ``/individual-*`` are listed for the JupyterLab extension.
+- ``ensure_page(scheduler)``, from the controller's ``start``, adds ``/tianji`` to a scheduler
+  that is already running without it (not listed for JupyterLab: the extension reads only the
+  first Bokeh app).
+
+Every page reads the ``tianji`` scheduler plugin twice a second on the scheduler's event loop and
+only streams what is new, so an update costs O(new chunks), never O(run).
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("tianji_dask.dashboard")
+
+UPDATE_MS = 500
+ROLLOVER = 5000
+
+#: page path -> the panels it shows
+PAGES = {
+    "/tianji": ("returns", "rates", "staleness", "staleness_hist", "window", "learner", "explorers"),
+    "/individual-tianji-returns": ("returns",),
+    "/individual-tianji-throughput": ("rates",),
+    "/individual-tianji-staleness": ("staleness", "staleness_hist"),
+    "/individual-tianji-window": ("window",),
+    "/individual-tianji-learner": ("learner",),
+    "/individual-tianji-explorers": ("explorers",),
+}
+
+TITLES = {
+    "returns": "tianji: mean episode return (100 episodes)",
+    "rates": "tianji: env steps/s produced vs samples/s consumed",
+    "staleness": "tianji: staleness of consumed chunks (versions) and target",
+    "staleness_hist": "tianji: staleness histogram",
+    "window": "tianji: controller window and chunks in flight",
+    "learner": "tianji: learner version and busy fraction",
+    "explorers": "tianji: env steps/s per explorer",
+}
+
+
+class _Panels:
+    """The figures of one page and the incremental update that feeds them."""
+
+    def __init__(self, scheduler, panels: tuple[str, ...]):
+        from bokeh.models import ColumnDataSource, LinearAxis, Range1d, Span
+        from bokeh.plotting import figure
+
+        self.scheduler = scheduler
+        self.run_id = None
+        self.t_hist = 0.0  # newest history row shown
+        self.t_series = 0.0  # newest learner row shown
+        self.prev = None  # previous learner row, for rates
+        S = ColumnDataSource
+        self.src = {
+            "returns": S({"t": [], "mean_return": []}),
+            "rates": S({"t": [], "produced": [], "consumed": []}),
+            "staleness": S({"t": [], "staleness": []}),
+            "hist": S({"left": [], "right": [], "count": []}),
+            "window": S({"t": [], "window": [], "in_flight": []}),
+            "learner": S({"t": [], "version": [], "busy": []}),
+            "explorers": S({"explorer": [], "rate": []}),
+        }
+        self.figures = []
+        kw = {"height": 260, "sizing_mode": "stretch_width", "tools": "pan,wheel_zoom,box_zoom,reset,save"}
+        xl = "seconds since run start"
+        for name in panels:
+            f = figure(title=TITLES[name], x_axis_label=xl, **kw)
+            if name == "returns":
+                f.line("t", "mean_return", source=self.src["returns"], line_width=2)
+                f.yaxis.axis_label = "return"
+            elif name == "rates":
+                f.line("t", "produced", source=self.src["rates"], line_width=2, color="#1f77b4", legend_label="env steps/s produced")
+                f.line("t", "consumed", source=self.src["rates"], line_width=2, color="#d62728", legend_label="samples/s consumed")
+                f.legend.location = "top_left"
+            elif name == "staleness":
+                f.scatter("t", "staleness", source=self.src["staleness"], size=3, alpha=0.5)
+                self.target_span = Span(location=0, dimension="width", line_color="#d62728", line_dash="dashed",
+                                        line_width=2, visible=False)
+                f.add_layout(self.target_span)
+                f.yaxis.axis_label = "versions"
+            elif name == "staleness_hist":
+                f.xaxis.axis_label = "staleness (versions)"
+                f.quad(left="left", right="right", bottom=0, top="count", source=self.src["hist"], alpha=0.7)
+            elif name == "window":
+                f.step("t", "window", source=self.src["window"], line_width=2, color="#2ca02c", legend_label="window", mode="after")
+                f.line("t", "in_flight", source=self.src["window"], color="#7f7f7f", legend_label="in flight")
+                f.legend.location = "top_left"
+            elif name == "learner":
+                f.line("t", "version", source=self.src["learner"], line_width=2, legend_label="version")
+                f.extra_y_ranges = {"busy": Range1d(0, 1.05)}
+                f.add_layout(LinearAxis(y_range_name="busy", axis_label="busy fraction"), "right")
+                f.line("t", "busy", source=self.src["learner"], y_range_name="busy", color="#ff7f0e", legend_label="busy")
+                f.legend.location = "top_left"
+            elif name == "explorers":
+                f.xaxis.axis_label = "explorer"
+                f.vbar(x="explorer", top="rate", width=0.7, source=self.src["explorers"])
+            self.figures.append(f)
+
+    def update(self) -> None:
+        ctl = self.scheduler.plugins.get("tianji")
+        if ctl is None or ctl.run_id is None:
+            return
+        if ctl.run_id != self.run_id:  # a new run: start the plots afresh
+            self.run_id, self.t_hist, self.t_series, self.prev = ctl.run_id, 0.0, 0.0, None
+            for src in self.src.values():
+                src.data = {k: [] for k in src.data}
+        t0 = ctl.t_reset
+        new_hist = _newer(ctl.history, self.t_hist)
+        if new_hist:
+            self.t_hist = new_hist[-1][0]
+            ts = [row[0] - t0 for row in new_hist]
+            self.src["staleness"].stream({"t": ts, "staleness": [row[4] for row in new_hist]}, ROLLOVER)
+            self.src["window"].stream({"t": ts, "window": [row[3] for row in new_hist],
+                                       "in_flight": [row[2] for row in new_hist]}, ROLLOVER)
+            hist = sorted(ctl.staleness_hist.items())
+            self.src["hist"].data = {"left": [k - 0.4 for k, _ in hist], "right": [k + 0.4 for k, _ in hist],
+                                     "count": [v for _, v in hist]}
+        if hasattr(self, "target_span"):
+            target = ctl.law.target
+            self.target_span.visible = target is not None
+            if target is not None:
+                self.target_span.location = target
+        new_series = _newer(ctl.learner_series, self.t_series, key=lambda row: row["t"])
+        if new_series:
+            self.t_series = new_series[-1]["t"]
+            t = [row["t"] - t0 for row in new_series]
+            self.src["returns"].stream({"t": t, "mean_return": [_num(row.get("mean_return")) for row in new_series]}, ROLLOVER)
+            produced, consumed, busy = [], [], []
+            for row in new_series:
+                prev = self.prev or row
+                dt = max(row["t"] - prev["t"], 1e-9)
+                produced.append((row["env_steps"] - prev["env_steps"]) / dt if prev is not row else float("nan"))
+                consumed.append((row["samples_trained"] - prev["samples_trained"]) / dt if prev is not row else float("nan"))
+                busy.append((row["learn_s"] - prev["learn_s"]) / dt if prev is not row else float("nan"))
+                self.prev = row
+            self.src["rates"].stream({"t": t, "produced": produced, "consumed": consumed}, ROLLOVER)
+            self.src["learner"].stream({"t": t, "version": [row["version"] for row in new_series], "busy": busy}, ROLLOVER)
+            elapsed = max(new_series[-1]["t"] - t0, 1e-9)
+            steps = sorted(ctl.per_explorer_steps.items())
+            self.src["explorers"].data = {"explorer": [k for k, _ in steps], "rate": [v / elapsed for _, v in steps]}
+
+
+def _num(x):
+    return float("nan") if x is None else x
+
+
+def _newer(rows, t_last: float, key=lambda row: row[0]) -> list:
+    """Rows of a time-ordered deque newer than ``t_last``, walking back from the end only."""
+    out = []
+    for row in reversed(rows):
+        if key(row) <= t_last:
+            break
+        out.append(row)
+    out.reverse()
+    return out
+
+
+def _doc(panels: tuple[str, ...]):
+    def make(scheduler, extra, doc):
+        from bokeh.layouts import column, gridplot
+
+        page = _Panels(scheduler, panels)
+        page.update()
+        if len(page.figures) > 2:
+            layout = gridplot([page.figures[i:i + 2] for i in range(0, len(page.figures), 2)], sizing_mode="stretch_width")
+        else:
+            layout = column(*page.figures, sizing_mode="stretch_width")
+        doc.title = "tianji"
+        doc.add_root(layout)
+        doc.add_periodic_callback(page.update, UPDATE_MS)
+        try:  # the dashboard's own navigation bar (a private template of distributed)
+            from distributed.dashboard.components.scheduler import env
+
+            doc.template = env.get_template("simple.html")
+            doc.template_variables.update(extra)
+        except Exception:  # noqa: BLE001 - a plain page is fine
+            pass
+
+    return make
+
+
+def install() -> None:
+    """Add the pages to every scheduler created later in this process."""
+    try:
+        from distributed.dashboard import scheduler as dashboard_scheduler
+    except ImportError:  # no bokeh: no dashboard at all
+        return
+    for path, panels in PAGES.items():
+        dashboard_scheduler.applications.setdefault(path, _doc(panels))
+
+
+def page_installed(scheduler) -> bool:
+    for app in getattr(scheduler.http_application, "applications", []):
+        if "/tianji" in getattr(app, "_applications", {}):
+            return True
+    return False
+
+
+def ensure_page(scheduler) -> None:
+    """Add ``/tianji`` to a running scheduler's dashboard if it is not there yet."""
+    if getattr(scheduler, "http_application", None) is None or page_installed(scheduler):
+        return
+    from tornado.ioloop import IOLoop
+
+    from distributed.dashboard.core import BokehApplication
+
+    app = BokehApplication({"/tianji": _doc(PAGES["/tianji"])}, scheduler, prefix="/")
+    scheduler.http_application.add_application(app)
+    app.initialize(IOLoop.current())
+    app.start()
+    logger.info("tianji: /tianji page added to the running dashboard")
