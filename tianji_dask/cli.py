@@ -124,7 +124,8 @@ def cmd_train(args) -> int:
           f"{run.pipeline.mode}, {run.pipeline.explorers} explorers)", flush=True)
     run.start()
     if run.dashboard_link:
-        print(f"tianji-dask: dashboard {run.dashboard_link}", flush=True)
+        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
     with _Progress(run, args.quiet) as progress:
         try:
             results = run.wait(on_status=progress)

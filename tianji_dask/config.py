@@ -111,6 +111,10 @@ class BalanceConfig(_Strict):
     publish_every_total: int = Field(ge=1, description="K0: publish interval (versions) for one explorer")
 
 
+class LoggingConfig(_Strict):
+    tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
+
+
 class ClusterConfig(_Strict):
     kind: Literal["local", "address"] = "local"
     address: str | None = None
@@ -136,6 +140,7 @@ class Pipeline(_Strict):
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
 
     @model_validator(mode="after")

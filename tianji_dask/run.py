@@ -91,6 +91,12 @@ class Run:
                     f"controller.{field}: must be >= {self._chunks_per_update}, the chunks one {p.algo.name} update "
                     f"needs (a smaller window deadlocks; got {value})"
                 )
+        if p.logging.tensorboard:
+            from tianji_dask.observe import tensorboard
+
+            if not tensorboard.available():
+                raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
+                                    "tianji_dask does not install it")
         progress = algo.replay_progress()
         if isinstance(c.replay_ratio, tuple) and progress is None:
             raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
@@ -112,6 +118,8 @@ class Run:
             "drop_on_refresh": p.learner.drop_on_refresh, "threads": p.learner.threads,
             "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
             "make_algo": make_algo,
+            # written by the learner, so on the learner's machine for a remote cluster
+            "tensorboard_dir": str((self.out / "tensorboard").resolve()) if p.logging.tensorboard else None,
         }
 
     def law(self) -> dict:
@@ -186,6 +194,19 @@ class Run:
         if self.client is None:
             raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
         return self.client.sync(self.client.scheduler.tianji_state, history=history)
+
+    def live(self, height: int = 1000):
+        """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
+        notebook, with links to it and to the whole dashboard."""
+        if not self.dashboard_link:
+            raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
+        from IPython.display import HTML, IFrame, display
+
+        page = self.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        display(HTML(f'<p>tianji run {self.run_id}: <a href="{page}" target="_blank">{page}</a> · '
+                     f'<a href="{self.dashboard_link}" target="_blank">Dask dashboard</a></p>'))
+        display(IFrame(page, width="100%", height=height))
+        return page
 
     def configure(self, **settings) -> dict:
         """Change the staleness controller while the run goes on, e.g.

@@ -26,6 +26,11 @@ class SingleProcessRun:
         self.t_run_start = time.time()
         self.ledger = Ledger(spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"])
         self.error: str | None = None
+        self._tb = None
+        if spec.get("tensorboard_dir"):
+            from tianji_dask.observe.tensorboard import ScalarLog
+
+            self._tb = ScalarLog(spec["tensorboard_dir"])
 
     def run(self) -> dict:
         import traceback
@@ -38,6 +43,8 @@ class SingleProcessRun:
                     chunk = rollout.run(algo, self.spec["chunk_steps"], explore, policy_version=self.version, explorer_id=eid)
                     kept = algo.ingest(chunk, self.version - chunk["policy_version"])
                     ledger.consume(chunk, self.version, kept)
+                    if self._tb is not None:
+                        self._tb.write(self.status())
                     while algo.ready():
                         t0 = time.perf_counter()
                         metrics = algo.learn()
@@ -51,6 +58,9 @@ class SingleProcessRun:
                 rollout.close()
         ledger.request_stop("stopped")
         ledger.t_end = time.time()
+        if self._tb is not None:
+            self._tb.write(self.status(), force=True)
+            self._tb.close()
         episodes, chunks = ledger.arrays()
         return {"results": ledger.results(self.version, extra={"error": self.error}), "episodes": episodes, "chunks": chunks}
 

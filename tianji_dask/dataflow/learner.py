@@ -66,6 +66,11 @@ class Learner:
             spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
             explorer_workers=spec["explorer_workers"],
         )
+        self._tb = None
+        if spec.get("tensorboard_dir"):
+            from tianji_dask.observe.tensorboard import ScalarLog
+
+            self._tb = ScalarLog(spec["tensorboard_dir"])
         self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
         self._thread.start()
 
@@ -374,6 +379,8 @@ class Learner:
         progress = self.algo.replay_progress()
         if progress and progress["env_steps"]:
             status["replay_ratio"] = progress["samples_trained"] / progress["env_steps"]
+        if self._tb is not None:
+            self._tb.write(status)
         status["done"] = self._final is not None
         self._status = status
 
@@ -390,6 +397,9 @@ class Learner:
         if self._publishing is not None:
             self._publishing[2].cancel()
             self._publishing = None
+        if self._tb is not None:
+            self._tb.write(self._status, force=True)
+            self._tb.close()
         self._final = {"results": results, "episodes": episodes, "chunks": chunks}
         self._update_status(time.time())
 
