@@ -1,4 +1,4 @@
-"""Clusters: an embedded LocalCluster with role resources, or an existing scheduler."""
+"""Clusters: an embedded LocalCluster with role resources, batch jobs (Slurm, PBS), or an existing scheduler."""
 
 from __future__ import annotations
 
@@ -16,13 +16,28 @@ def default_explorer_workers(explorers: int) -> int:
     return max(1, min(explorers, os.cpu_count() or 1))
 
 
-def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787") -> LocalCluster:
+def make_security(setting):
+    """None, a temporary self-signed Security, or one from certificate files (``TLSFiles``)."""
+    if setting in (None, "none"):
+        return None
+    from distributed.security import Security
+
+    if setting == "temporary":
+        return Security.temporary()
+    return Security(tls_ca_file=setting.ca_file, tls_client_cert=setting.cert, tls_client_key=setting.key,
+                    tls_scheduler_cert=setting.cert, tls_scheduler_key=setting.key,
+                    tls_worker_cert=setting.cert, tls_worker_key=setting.key, require_encryption=True)
+
+
+def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None) -> LocalCluster:
     """One LEARNER worker process plus ``explorer_workers`` EXPLORER worker processes, one thread
-    each, with the active memory manager off (it deletes the weight replicas explorers read)."""
+    each, with the active memory manager off (it deletes the weight replicas explorers read).
+    With ``security`` every connection is TLS."""
+    tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
-            silence_logs=logging.ERROR,
+            silence_logs=logging.ERROR, **tls,
         )
     template = cluster.new_spec
     learner = copy.deepcopy(template)
@@ -34,6 +49,43 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         cluster.worker_spec[f"tianji-explorer-{i}"] = explorer
     cluster.sync(cluster._correct_state)
     return cluster
+
+
+def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None):
+    """A dask-jobqueue cluster (``kind`` slurm or pbs): explorer workers are batch jobs in an
+    adaptive pool (EXPLORER resource, optional graceful lifetime with stagger), the learner a job
+    of its own (LEARNER resource) outside the pool, so adapting never touches it. Returns
+    ``(cluster, learner_job)``; close the job, then the cluster."""
+    import sys
+
+    from dask_jobqueue import PBSCluster, SLURMCluster
+
+    cls = SLURMCluster if kind == "slurm" else PBSCluster
+    explorer_args = ["--resources", f"{EXPLORER}=1", "--nthreads", "1"]
+    if jq.lifetime:
+        explorer_args += ["--lifetime", jq.lifetime, "--lifetime-stagger", jq.lifetime_stagger]
+    common = {
+        "processes": 1, "walltime": jq.walltime, "queue": jq.queue, "account": jq.account,
+        "job_script_prologue": jq.job_script_prologue, "interface": jq.interface,
+        "local_directory": jq.local_directory, "python": sys.executable,
+    }
+    if security is not None:
+        common.update(security=security, protocol="tls://")
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        cluster = cls(
+            cores=jq.cores, memory=jq.memory, job_name="tianji-explorer", worker_extra_args=explorer_args,
+            job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
+            **common,
+        )
+    learner_kwargs = {
+        **cluster._job_kwargs, "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
+        "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0"],
+        "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,
+    }
+    learner_job = cluster.job_cls(scheduler=cluster.scheduler_address, name="tianji-learner", **learner_kwargs)
+    cluster.sync(learner_job.start)
+    cluster.adapt(minimum_jobs=jq.minimum_jobs, maximum_jobs=jq.maximum_jobs or explorers)
+    return cluster, learner_job
 
 
 def stop_active_memory_manager(client: Client) -> None:

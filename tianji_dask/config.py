@@ -115,16 +115,59 @@ class LoggingConfig(_Strict):
     tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
 
 
+class LearnerJobConfig(_Strict):
+    cores: int = Field(1, ge=1, description="cores of the learner's job")
+    memory: str = Field("4GiB", description="memory of the learner's job, e.g. 8GiB")
+    job_extra_directives: list[str] = Field(default_factory=list, description="extra #SBATCH/#PBS lines, e.g. --gres=gpu:1")
+
+
+class JobQueueConfig(_Strict):
+    """Explorers as an adaptive pool of batch jobs; the learner in a job of its own."""
+
+    queue: str | None = Field(None, description="partition (Slurm) or queue (PBS)")
+    account: str | None = None
+    cores: int = Field(1, ge=1, description="cores per explorer job (one explorer worker each)")
+    memory: str = Field("2GiB", description="memory per explorer job")
+    walltime: str = Field("01:00:00", description="per job, HH:MM:SS")
+    minimum_jobs: int = Field(1, ge=0, description="explorer jobs kept even when idle")
+    maximum_jobs: int | None = Field(None, ge=1, description="explorer jobs at most; default: one per explorer")
+    lifetime: str | None = Field(None, description="explorer workers retire gracefully after this (e.g. 55m, below walltime); adapt replaces them")
+    lifetime_stagger: str = Field("2m", description="spread of lifetimes, so workers do not retire together")
+    job_extra_directives: list[str] = Field(default_factory=list)
+    job_script_prologue: list[str] = Field(default_factory=list, description="shell lines before the worker starts (module load, ...)")
+    interface: str | None = Field(None, description="network interface of the workers, e.g. ib0")
+    local_directory: str | None = None
+    start_timeout: float = Field(300, gt=0, description="seconds to wait for the learner's and the first explorer's jobs")
+    learner: LearnerJobConfig = Field(default_factory=LearnerJobConfig)
+
+    @model_validator(mode="after")
+    def _jobs(self):
+        if self.maximum_jobs is not None and self.maximum_jobs < max(self.minimum_jobs, 1):
+            raise ValueError(f"maximum_jobs ({self.maximum_jobs}) must be >= minimum_jobs and >= 1")
+        return self
+
+
+class TLSFiles(_Strict):
+    ca_file: str = Field(description="certificate authority (PEM)")
+    cert: str = Field(description="this side's certificate (PEM)")
+    key: str = Field(description="its private key (PEM)")
+
+
 class ClusterConfig(_Strict):
-    kind: Literal["local", "address"] = "local"
+    kind: Literal["local", "address", "slurm", "pbs"] = "local"
     address: str | None = None
     explorer_workers: int | None = Field(None, ge=1, le=1024, description="local explorer worker processes")
-    dashboard_address: str | None = Field(":8787", description="local dashboard address (another port is taken if busy); null for none")
+    dashboard_address: str | None = Field(":8787", description="dashboard address (another port is taken if busy); null for none")
+    jobqueue: JobQueueConfig = Field(default_factory=JobQueueConfig, description="for kind slurm or pbs")
+    security: Literal["none", "temporary"] | TLSFiles = Field(
+        "none", description="none; temporary (self-signed TLS for an embedded cluster); or certificate files for tls://")
 
     @model_validator(mode="after")
     def _address(self):
         if self.kind == "address" and not self.address:
             raise ValueError("kind 'address' needs address: tcp://HOST:PORT")
+        if self.kind == "address" and self.security == "temporary":
+            raise ValueError("security 'temporary' only works for a cluster started here; give certificate files")
         return self
 
 

@@ -50,6 +50,7 @@ class Run:
         self._own_client = False
         self._learner = None
         self._learner_future = None
+        self._learner_job = None  # the learner's batch job (kind slurm or pbs)
         self._single = None
         self._final: dict | None = None
         self.results: dict | None = None
@@ -146,21 +147,30 @@ class Run:
             return self
         from distributed import Client
 
-        from tianji_dask.cluster import check_roles, default_explorer_workers, local_cluster, stop_active_memory_manager
+        from tianji_dask.cluster import (
+            check_roles, default_explorer_workers, jobqueue_cluster, local_cluster, make_security, stop_active_memory_manager,
+        )
         from tianji_dask.dataflow.controller import StalenessController
         from tianji_dask.dataflow.explorer import EnvPool
         from tianji_dask.dataflow.learner import Learner
 
         explorer_workers = p.cluster.explorer_workers or default_explorer_workers(p.explorers)
+        timeout = 60
         if self.client is None:
-            if p.cluster.kind == "address":
-                self.client = Client(p.cluster.address)
+            kind, security = p.cluster.kind, make_security(p.cluster.security)
+            if kind == "address":
+                self.client = Client(p.cluster.address, security=security)
+            elif kind in ("slurm", "pbs"):
+                self.cluster, self._learner_job = jobqueue_cluster(
+                    kind, p.cluster.jobqueue, p.explorers, p.cluster.dashboard_address, security)
+                self.client = Client(self.cluster)
+                timeout = p.cluster.jobqueue.start_timeout
             else:
-                self.cluster = local_cluster(explorer_workers, p.cluster.dashboard_address)
+                self.cluster = local_cluster(explorer_workers, p.cluster.dashboard_address, security)
                 self.client = Client(self.cluster)
             self._own_client = True
         client = self.client
-        counts = check_roles(client, explorer_workers=None)
+        counts = check_roles(client, explorer_workers=None, timeout=timeout)
         explorer_workers = counts["EXPLORER"]
         stop_active_memory_manager(client)
         spec = self._spec(explorer_workers)
@@ -280,6 +290,9 @@ class Run:
         if self._own_client and self.client is not None:
             self.client.close()
             self.client = None
+        if self._learner_job is not None:
+            self.cluster.sync(self._learner_job.close)
+            self._learner_job = None
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None

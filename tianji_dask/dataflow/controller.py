@@ -193,6 +193,10 @@ class StalenessController(SchedulerPlugin):
         else:
             self.returned_forgotten += 1
 
+    def valid_workers_downscaling(self, scheduler, workers):
+        """Adaptive clusters never retire the learner's worker: its actor would be lost."""
+        return [ws for ws in workers if not ws.resources.get("LEARNER")]
+
     def remove_worker(self, scheduler, worker, **kwargs):
         if self.learner_address is not None and worker == self.learner_address:
             self.learner_lost = True

@@ -1,0 +1,109 @@
+"""Clusters beyond the embedded one: a real Slurm through dask-jobqueue, an external scheduler
+with workers started by hand, and TLS."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tianji_dask.run import Run
+
+HAVE_SLURM = shutil.which("sbatch") is not None and subprocess.run(
+    ["sinfo", "-h"], capture_output=True).returncode == 0 if shutil.which("sinfo") else False
+
+
+def _need_slurm():
+    if not HAVE_SLURM:
+        if os.environ.get("TIANJI_REQUIRE_SLURM"):
+            pytest.fail("a running Slurm is required here (TIANJI_REQUIRE_SLURM) but sinfo does not answer")
+        pytest.skip("needs a running Slurm (.ci/slurm-up starts a one-node one)")
+
+
+@pytest.mark.slurm
+def test_slurm_jobs_run_the_learner_and_the_explorers(tmp_path):
+    _need_slurm()
+    seen: set[str] = set()
+
+    def watch(status):
+        out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+        seen.update(line.split()[1] for line in out.splitlines() if "RUNNING" in line)
+
+    run = Run("cartpole_ppo", out=tmp_path / "slurm", overrides={
+        "cluster.kind": "slurm", "cluster.dashboard_address": None,
+        "cluster.jobqueue": {"minimum_jobs": 2, "maximum_jobs": 2, "memory": "2GiB", "walltime": "00:20:00",
+                             "learner": {"memory": "2GiB"}, "start_timeout": 180},
+        "stop.max_seconds": 60,
+    })
+    run.start()
+    workers = run.client.scheduler_info(n_workers=-1)["workers"].values()
+    roles = sorted(next(iter(w["resources"])) for w in workers)
+    assert "LEARNER" in roles and "EXPLORER" in roles
+    results = run.wait(on_status=watch)
+    assert {"tianji-learner", "tianji-explorer"} <= seen, seen  # both roles ran as Slurm jobs
+    assert results["error"] is None and results["updates"] > 0 and results["episodes"] > 0
+    assert (run.out / "results.json").exists()
+    time.sleep(2)
+    left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "tianji-" not in left  # the run's jobs are gone with it
+
+
+def _spawn(args, log):
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_external_scheduler_and_hand_started_workers(tmp_path):
+    log_path = tmp_path / "cluster.log"
+    log = open(log_path, "w+")
+    procs = [_spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--preload", "tianji_dask.preload"], log)]
+    try:
+        deadline = time.time() + 60
+        address = None
+        while address is None and time.time() < deadline:
+            time.sleep(0.2)
+            m = re.search(r"Scheduler at:\s+(tcp://\S+)", log_path.read_text())
+            address = m.group(1) if m else None
+        assert address, log_path.read_text()
+        procs.append(_spawn(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
+                             "--resources", "LEARNER=1", "--name", "learner"], log))
+        for i in range(2):
+            procs.append(_spawn(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
+                                 "--resources", "EXPLORER=1", "--name", f"explorer-{i}"], log))
+        from tianji_dask.cli import main
+
+        out = tmp_path / "cli"
+        rc = main(["train", "cartpole_ppo", "--scheduler", address, "--max-seconds", "60", "--out", str(out), "--quiet"])
+        assert rc == 0
+        import json
+
+        results = json.loads((out / "results.json").read_text())
+        assert results["solved"] and results["pipeline_config"]["cluster"]["address"] == address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def test_no_learner_worker_is_a_clear_error(tmp_path):
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, resources={"EXPLORER": 1}) as cluster:
+        from tianji_dask.cluster import check_roles
+        from distributed import Client
+
+        with Client(cluster) as client, pytest.raises(RuntimeError, match="no worker offers the LEARNER resource"):
+            check_roles(client, timeout=1)
+
+
+def test_a_run_over_tls(tmp_path):
+    run = Run("cartpole_ppo", out=tmp_path / "tls", overrides={
+        "cluster.security": "temporary", "cluster.dashboard_address": None, "stop.max_seconds": 60})
+    run.start()
+    assert run.client.scheduler.address.startswith("tls://")
+    results = run.wait()
+    assert results["solved"] and results["error"] is None
