@@ -76,12 +76,14 @@ def test_external_scheduler_and_hand_started_workers(tmp_path):
         from tianji_dask.cli import main
 
         out = tmp_path / "cli"
-        rc = main(["train", "cartpole_ppo", "--scheduler", address, "--max-seconds", "60", "--out", str(out), "--quiet"])
+        rc = main(["train", "cartpole_ppo", "--scheduler", address, "--max-seconds", "15", "--out", str(out), "--quiet"])
         assert rc == 0
         import json
 
         results = json.loads((out / "results.json").read_text())
-        assert results["solved"] and results["pipeline_config"]["cluster"]["address"] == address
+        assert results["error"] is None and results["updates"] > 0 and results["episodes"] > 0
+        assert results["pipeline_config"]["cluster"]["address"] == address
+        assert set(results["controller"]["per_explorer_env_steps"]) == {"0", "1"}
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -102,8 +104,11 @@ def test_no_learner_worker_is_a_clear_error(tmp_path):
 
 def test_a_run_over_tls(tmp_path):
     run = Run("cartpole_ppo", out=tmp_path / "tls", overrides={
-        "cluster.security": "temporary", "cluster.dashboard_address": None, "stop.max_seconds": 60})
+        "cluster.security": "temporary", "cluster.dashboard_address": None, "stop.max_seconds": 10,
+        "stop.target_return": None})
     run.start()
     assert run.client.scheduler.address.startswith("tls://")
+    workers = run.client.scheduler_info(n_workers=-1)["workers"]
+    assert workers and all(addr.startswith("tls://") for addr in workers)
     results = run.wait()
-    assert results["solved"] and results["error"] is None
+    assert results["error"] is None and results["updates"] > 0 and results["chunks"] > 0
