@@ -8,6 +8,7 @@ import sys
 import time
 
 from tianji_dask.config import PipelineError
+from tianji_dask.checkpoint import CheckpointError
 
 EXIT_USAGE = 2
 
@@ -45,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
     train.add_argument("--out", help="results directory (default runs/NAME-MODE-TIME-ID)")
     train.add_argument("--quiet", action="store_true", help="no live progress display")
+    resume = sub.add_parser("resume", help="continue a stopped or crashed run from its newest checkpoint")
+    resume.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
+    resume.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="a new time budget (training seconds in all)")
+    resume.add_argument("--scheduler", help="continue on an existing cluster, e.g. tcp://HOST:8786")
+    resume.add_argument("--quiet", action="store_true", help="no live progress display")
     plot = sub.add_parser("plot", help="write PNG figures of recorded runs (several runs: one figure each, overlaid)")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's results directory")
     plot.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots of the first run)")
@@ -122,11 +128,26 @@ def cmd_train(args) -> int:
     run = Run(args.pipeline, out=args.out, overrides=overrides)
     print(f"tianji-dask: training {run.pipeline.name} ({run.pipeline.env.id}, {run.pipeline.algo.name}, "
           f"{run.pipeline.mode}, {run.pipeline.explorers} explorers)", flush=True)
+    return _train(run, args.quiet)
+
+
+def cmd_resume(args) -> int:
+    from tianji_dask.run import Run
+
+    overrides = {"stop.max_seconds": args.max_seconds} if args.max_seconds is not None else {}
+    if args.scheduler:
+        overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
+    run = Run.resume(args.run_dir, overrides=overrides)
+    print(f"tianji-dask: resuming {run.pipeline.name} from {run._resume_from}", flush=True)
+    return _train(run, args.quiet)
+
+
+def _train(run, quiet: bool) -> int:
     run.start()
     if run.dashboard_link:
         tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
-    with _Progress(run, args.quiet) as progress:
+    with _Progress(run, quiet) as progress:
         try:
             results = run.wait(on_status=progress)
         except KeyboardInterrupt:
@@ -157,7 +178,9 @@ def main(argv=None) -> int:
             return cmd_train(args)
         if args.command == "plot":
             return cmd_plot(args)
-    except PipelineError as err:
+        if args.command == "resume":
+            return cmd_resume(args)
+    except (PipelineError, CheckpointError) as err:
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_USAGE

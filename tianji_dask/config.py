@@ -111,6 +111,16 @@ class BalanceConfig(_Strict):
     publish_every_total: int = Field(ge=1, description="K0: publish interval (versions) for one explorer")
 
 
+class CheckpointConfig(_Strict):
+    """Full checkpoints in RUN_DIR/checkpoints (on the learner's machine), for ``tianji-dask resume``."""
+
+    enabled: bool = True
+    every_seconds: float | None = Field(60.0, gt=0, description="write one at least this often; null: not by time")
+    every_versions: int | None = Field(None, ge=1, description="write one every this many learner versions")
+    keep: int = Field(3, ge=1, description="newest checkpoints kept")
+    replay: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills its warm-up")
+
+
 class LoggingConfig(_Strict):
     tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
 
@@ -184,6 +194,7 @@ class Pipeline(_Strict):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
 
     @model_validator(mode="after")

@@ -31,7 +31,8 @@ class Run:
     ``overrides``: dotted pipeline fields, e.g. ``{"mode": "lockstep", "stop.max_seconds": 60}``.
     """
 
-    def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None):
+    def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
+                 _resume_from: str | None = None):
         if isinstance(pipeline, Pipeline):
             if overrides:
                 pipeline = parse_pipeline(pipeline.model_dump(), overrides=overrides)
@@ -43,7 +44,8 @@ class Run:
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = Path(out) if out is not None else Path("runs") / f"{pipeline.name}-{pipeline.mode}-{stamp}-{self.run_id}"
-        if self.out.exists() and any(self.out.iterdir()):
+        self._resume_from = _resume_from
+        if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
             raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
         self.client = client
         self.cluster = None
@@ -121,7 +123,32 @@ class Run:
             "make_algo": make_algo,
             # written by the learner, so on the learner's machine for a remote cluster
             "tensorboard_dir": str((self.out / "tensorboard").resolve()) if p.logging.tensorboard else None,
+            "checkpoint": {
+                "dir": str((self.out / "checkpoints").resolve()), "every_seconds": p.checkpoint.every_seconds,
+                "every_versions": p.checkpoint.every_versions, "keep": p.checkpoint.keep, "replay": p.checkpoint.replay,
+            } if p.checkpoint.enabled else None,
+            "resume_from": self._resume_from,
         }
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
+        """A Run that continues a stopped or crashed run from its newest checkpoint, writing to the
+        same directory: the learner's version, the episodes so far and the clock go on from
+        there. ``overrides`` apply on top of the run's pipeline (e.g. a new time budget)."""
+        from tianji_dask import checkpoint
+
+        d = Path(run_dir)
+        if not (d / "pipeline.yaml").is_file():
+            raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
+        path = checkpoint.latest(d / "checkpoints")
+        checkpoint.load(path)  # fail here, with one line, on a damaged file
+        return cls(d / "pipeline.yaml", client, out=d, overrides=overrides, _resume_from=str(path.resolve()))
+
+    def _write_pipeline(self) -> None:
+        import yaml
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "pipeline.yaml").write_text(yaml.safe_dump(self.pipeline.model_dump(mode="json"), sort_keys=False))
 
     def law(self) -> dict:
         """The controller's settings for this run, defaults filled in. Lockstep runs one chunk
@@ -139,6 +166,7 @@ class Run:
 
     def start(self) -> "Run":
         p = self.pipeline
+        self._write_pipeline()  # what `tianji-dask resume` reads back
         if p.mode == "single":
             from tianji_dask.single import SingleProcessRun
 

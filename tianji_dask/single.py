@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tianji_dask import checkpoint
 from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.rollout import Rollout
 from tianji_dask.torch_setup import prepare_torch
@@ -25,6 +26,10 @@ class SingleProcessRun:
         self._stop = threading.Event()
         self.t_run_start = time.time()
         self.ledger = Ledger(spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"])
+        self._ckpt = checkpoint.Checkpointer(spec.get("checkpoint"))
+        if spec.get("resume_from"):
+            state = checkpoint.restore(spec["resume_from"], self.algo, self.ledger)
+            self.version = self._ckpt.last_version = int(state["version"])
         self.error: str | None = None
         self._tb = None
         if spec.get("tensorboard_dir"):
@@ -48,8 +53,15 @@ class SingleProcessRun:
                     while algo.ready():
                         t0 = time.perf_counter()
                         metrics = algo.learn()
+                        checkpoint.check_finite(metrics, self.version)
                         ledger.record_update(metrics, time.perf_counter() - t0)
                         self.version += 1
+                        if self._ckpt.due(self.version):
+                            self._write_checkpoint()
+            self._write_checkpoint()
+        except checkpoint.NumericFault as fault:
+            self.error = str(fault)
+            ledger.request_stop("numeric_fault")
         except BaseException:  # noqa: BLE001 - reported in the results
             self.error = traceback.format_exc()
             ledger.request_stop("error")
@@ -62,7 +74,14 @@ class SingleProcessRun:
             self._tb.write(self.status(), force=True)
             self._tb.close()
         episodes, chunks = ledger.arrays()
-        return {"results": ledger.results(self.version, extra={"error": self.error}), "episodes": episodes, "chunks": chunks}
+        extra = {"error": self.error, "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path)}
+        return {"results": ledger.results(self.version, extra=extra), "episodes": episodes, "chunks": chunks}
+
+    def _write_checkpoint(self) -> None:
+        if not checkpoint.all_finite(self.algo.get_weights()):
+            raise checkpoint.NumericFault(f"numeric: non-finite weights at version {self.version}; the run stops, "
+                                          f"the last good checkpoint is kept")
+        self._ckpt.write(self.algo, self.version, self.ledger)
 
     def status(self) -> dict:
         return self.ledger.status(self.version)

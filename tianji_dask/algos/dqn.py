@@ -83,6 +83,7 @@ class DQN(Algorithm):
         self.update_credit = 0.0  # updates allowed now by the replay ratio
         self.env_steps_past_warmup = 0
         self._upe_max: float | None = None  # a controller's ceiling, replacing updates_per_env_step
+        self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
 
     # ---- explorer side -------------------------------------------------------------------
     def epsilon(self, progress: int) -> float:
@@ -221,8 +222,9 @@ class DQN(Algorithm):
             "env_steps": self.env_steps,
             "updates": self.updates,
             "update_credit": self.update_credit,
+            "env_steps_past_warmup": self.env_steps_past_warmup,
             "rng": self.rng.bit_generator.state,
-            "replay": self.replay.state_dict(include_data=self.config.checkpoint_replay),
+            "replay": self.replay.state_dict(include_data=self.config.checkpoint_replay or self.include_replay),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -233,5 +235,6 @@ class DQN(Algorithm):
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
         self.update_credit = float(state["update_credit"])
+        self.env_steps_past_warmup = int(state.get("env_steps_past_warmup", 0))
         self.rng.bit_generator.state = state["rng"]
         self.replay.load_state_dict(state["replay"])

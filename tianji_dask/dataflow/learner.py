@@ -17,6 +17,7 @@ from collections import deque
 
 from distributed import as_completed, get_client, get_worker
 
+from tianji_dask import checkpoint
 from tianji_dask.dataflow.controller import replay_gate
 from tianji_dask.dataflow.explorer import explore_chunk
 from tianji_dask.dataflow.ledger import Ledger
@@ -66,6 +67,13 @@ class Learner:
             spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
             explorer_workers=spec["explorer_workers"],
         )
+        self._ckpt = checkpoint.Checkpointer(spec.get("checkpoint"))
+        if spec.get("resume_from"):  # continue the learning curve, the books and the clock
+            state = checkpoint.restore(spec["resume_from"], self.algo, self.ledger)
+            self.version = self._ckpt.last_version = int(state["version"])
+            self.t_run_start = self.ledger.t_run_start
+            if state.get("controller", {}).get("window"):
+                self._client.sync(self._client.scheduler.tianji_configure, window=int(state["controller"]["window"]))
         self._tb = None
         if spec.get("tensorboard_dir"):
             from tianji_dask.observe.tensorboard import ScalarLog
@@ -89,6 +97,10 @@ class Learner:
     def _main(self) -> None:
         try:
             self._loop()
+            self._write_checkpoint()
+        except checkpoint.NumericFault as fault:
+            self._error = str(fault)
+            self.ledger.request_stop("numeric_fault")
         except BaseException:  # noqa: BLE001 - reported to the client, never swallowed
             self._error = traceback.format_exc()
             self.ledger.request_stop("error")
@@ -106,6 +118,9 @@ class Learner:
         if self._publishing is not None:
             return  # one scatter at a time; the next submission publishes the newer version
         weights = self.algo.get_weights()
+        if not checkpoint.all_finite(weights):
+            raise checkpoint.NumericFault(f"numeric: non-finite weights at version {self.version}; not published, "
+                                          f"the run stops, the last good checkpoint is kept")
         key = f"tianji-weights-{self.run_id}-{self.version}"
         coro = self._client._scatter({key: weights}, hash=False, workers=[self._worker.address], direct=True)
         self._publishing = (self.version, key, asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop))
@@ -369,8 +384,17 @@ class Learner:
     def _learn_once(self) -> None:
         t0 = time.perf_counter()
         metrics = self.algo.learn()
+        checkpoint.check_finite(metrics, self.version)
         self.ledger.record_update(metrics, time.perf_counter() - t0)
         self.version += 1
+        if self._ckpt.due(self.version):
+            self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        if not checkpoint.all_finite(self.algo.get_weights()):
+            raise checkpoint.NumericFault(f"numeric: non-finite weights at version {self.version}; the run stops, "
+                                          f"the last good checkpoint is kept")
+        self._ckpt.write(self.algo, self.version, self.ledger, {"controller": dict(self._ctl), "run_id": self.run_id})
 
     def _update_status(self, now: float) -> None:
         status = self.ledger.status(self.version, now)
@@ -392,6 +416,7 @@ class Learner:
         episodes, chunks = ledger.arrays()
         results = ledger.results(self.version, extra={
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
+            "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
         })
         self._weights.clear()
         if self._publishing is not None:

@@ -83,6 +83,41 @@ class Ledger:
         self.samples_trained += int(metrics.get("samples", 0))
         self.last_metrics = metrics
 
+    # ---- checkpoints --------------------------------------------------------------------
+    _CHUNK_TIMES = (CHUNK_FIELDS.index("t_consumed"), CHUNK_FIELDS.index("t_start"), CHUNK_FIELDS.index("t_end"))
+
+    def state_dict(self, now: float | None = None) -> dict:
+        """The books, with times relative to run start, so a resumed run continues the same clock
+        (the time a run was stopped does not count)."""
+        now = time.time() if now is None else now
+        episodes, chunks = self.arrays()
+        episodes[:, 0] -= self.t_run_start
+        for i in self._CHUNK_TIMES:
+            chunks[:, i] -= self.t_run_start
+        return {
+            "elapsed_s": now - self.t_run_start, "episodes": episodes, "chunks": chunks, "lost": list(self.lost),
+            "dropped": dict(self.dropped), "env_steps": self.env_steps, "env_steps_used": self.env_steps_used,
+            "updates": self.updates, "samples_trained": self.samples_trained, "learn_s": self.learn_s,
+            "explore_s": self.explore_s, "bytes": self.bytes, "recent_returns": list(self._recent_returns),
+            "solved_s": None if self.solved_online_at is None else self.solved_online_at - self.t_run_start,
+        }
+
+    def load_state_dict(self, state: dict, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        self.t_run_start = now - state["elapsed_s"]
+        episodes, chunks = np.array(state["episodes"]), np.array(state["chunks"])
+        episodes[:, 0] += self.t_run_start
+        for i in self._CHUNK_TIMES:
+            chunks[:, i] += self.t_run_start
+        self.episodes = [(float(t), float(r), float(n), int(e)) for t, r, n, e in episodes]
+        self.chunk_rows = [tuple(row) for row in chunks.tolist()]
+        self.lost, self.dropped = list(state["lost"]), dict(state["dropped"])
+        for key in ("env_steps", "env_steps_used", "updates", "samples_trained", "learn_s", "explore_s", "bytes"):
+            setattr(self, key, state[key])
+        self._recent_returns.clear()
+        self._recent_returns.extend(state["recent_returns"])
+        self.solved_online_at = None if state["solved_s"] is None else self.t_run_start + state["solved_s"]
+
     # ---- stopping -----------------------------------------------------------------------
     def check_stop(self, now: float | None = None) -> str | None:
         if self.stop_reason:

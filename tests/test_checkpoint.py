@@ -1,0 +1,74 @@
+"""Checkpoints and resume: a resumed run continues its learning curve; damage is one clear line."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tianji_dask import checkpoint
+from tianji_dask.cli import main
+from tianji_dask.run import Run
+
+
+def test_pack_roundtrip_and_safe_load(tmp_path):
+    state = {"version": 7, "a": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int64(3),
+             "rng": np.random.default_rng(1).bit_generator.state, "nested": [{"b": np.ones(2, dtype=bool)}],
+             "rng_global": checkpoint.rng_state()}
+    path = checkpoint.save(tmp_path, state, keep=2)
+    back = checkpoint.load(path)
+    assert back["version"] == 7 and back["n"] == 3
+    np.testing.assert_array_equal(back["a"], state["a"])
+    assert back["a"].dtype == np.float32 and back["nested"][0]["b"].dtype == bool
+    assert back["rng"] == state["rng"]
+    for v in (8, 9, 10):
+        checkpoint.save(tmp_path, {**state, "version": v}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000009.pt", "ckpt-000000010.pt"]
+    assert checkpoint.latest(tmp_path).name == "ckpt-000000010.pt"
+
+
+def test_damaged_or_missing_checkpoints_are_one_line(tmp_path):
+    bad = tmp_path / "checkpoints"
+    bad.mkdir()
+    (bad / "ckpt-000000001.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="is damaged or not a tianji checkpoint"):
+        checkpoint.load(bad / "ckpt-000000001.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="^run_dir: no checkpoint"):
+        checkpoint.latest(tmp_path / "empty")
+    # the CLI: one line, exit 2
+    (tmp_path / "pipeline.yaml").write_text("name: x\n")
+    assert main(["resume", str(tmp_path)]) == 2
+    assert main(["resume", str(tmp_path / "nowhere")]) == 2
+
+
+def test_non_finite_metrics_stop_the_run():
+    with pytest.raises(checkpoint.NumericFault, match="numeric: non-finite loss at version 4"):
+        checkpoint.check_finite({"loss": float("nan"), "samples": 32.0}, 4)
+    assert not checkpoint.all_finite({"w": np.array([1.0, np.inf])})
+
+
+@pytest.mark.parametrize("mode", ["single", "relaxed"])
+def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
+    client = None if mode == "single" else tianji_client
+    out = tmp_path / mode
+    first = Run("cartpole_ppo", client, out=out, overrides={
+        "mode": mode, "stop.target_return": None, "stop.max_env_steps": 120_000, "checkpoint.every_versions": 5,
+    }).start().wait()
+    assert first["checkpoint"] and first["final_version"] > 10
+    learned = first["final_mean_return"]
+    assert learned > 60, f"the first part did not learn enough to tell ({learned})"
+    episodes_before = first["episodes"]
+
+    run = Run.resume(out, client, overrides={"stop.max_env_steps": 150_000})
+    second = run.start().wait()
+    assert second["error"] is None
+    # the books go on: same episodes and version counter, more of both
+    assert second["episodes"] > episodes_before and second["final_version"] > first["final_version"]
+    rows = np.loadtxt(out / "episodes.csv", delimiter=",", skiprows=1, ndmin=2)
+    t_first_part = first["wall_s"]
+    new = rows[rows[:, 0] - second["t_run_start"] > t_first_part]
+    assert len(new) >= 10
+    # the new episodes start from the learned policy, not from scratch (a random policy scores ~20)
+    assert new[:10, 1].mean() > 0.5 * learned and new[:10, 1].mean() > 40
+    results = json.loads((out / "results.json").read_text())
+    assert results["env_steps"] >= 150_000 and results["updates"] == second["updates"]

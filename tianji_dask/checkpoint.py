@@ -1,0 +1,149 @@
+"""Full checkpoints of a run, written atomically and read back with ``torch.load(weights_only=True)``.
+
+A checkpoint holds everything a resumed run needs to continue the learning curve where it stopped:
+the algorithm's state (networks, optimizer, counters, RNG, optionally the replay), the learner's
+version, the ledger (episodes, chunk log, counters), the global RNG states, the elapsed training
+time, and the controller's settings. Numpy arrays travel as tensors (``weights_only`` loads only
+tensors and plain containers), marked so they come back as numpy.
+
+Dask-free: the learner actor and the single-process mode share it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FORMAT = 1
+NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+_ND = "__ndarray__"
+
+
+class CheckpointError(ValueError):
+    """A missing or unreadable checkpoint; ``str()`` is the one line to show."""
+
+
+def _pack(obj):
+    if isinstance(obj, np.ndarray):
+        return {_ND: torch.from_numpy(np.ascontiguousarray(obj)), "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: _pack(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_pack(v) for v in obj] if isinstance(obj, list) else tuple(_pack(v) for v in obj)
+    return obj
+
+
+def _unpack(obj):
+    if isinstance(obj, dict):
+        if _ND in obj:
+            return obj[_ND].numpy().astype(obj["dtype"], copy=False)
+        return {k: _unpack(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unpack(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_unpack(v) for v in obj)
+    return obj
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(legacy=False), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save(directory: str | os.PathLike, state: dict, keep: int = 3) -> Path:
+    """Write ``ckpt-<version>.pt`` (temp file + rename), then keep only the newest ``keep``."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"ckpt-{int(state['version']):09d}.pt"
+    tmp = d / f".{path.name}.{os.getpid()}.tmp"
+    torch.save(_pack({**state, "format": FORMAT, "saved_at": time.time()}), tmp)
+    os.replace(tmp, path)
+    for old in sorted(p for p in d.iterdir() if NAME.match(p.name))[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def latest(directory: str | os.PathLike) -> Path:
+    d = Path(directory)
+    found = sorted(p for p in d.iterdir() if NAME.match(p.name)) if d.is_dir() else []
+    if not found:
+        raise CheckpointError(f"run_dir: no checkpoint in {str(d)!r}")
+    return found[-1]
+
+
+def load(path: str | os.PathLike) -> dict:
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file
+        raise CheckpointError(f"checkpoint: {str(path)!r} is damaged or not a tianji checkpoint ({type(err).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint: {str(path)!r} is not a tianji checkpoint of format {FORMAT}")
+    return _unpack(state)
+
+
+def all_finite(weights: dict) -> bool:
+    """True when every array of a weights dict is finite (nothing else may be published)."""
+    return all(np.isfinite(np.asarray(w)).all() for w in weights.values())
+
+
+class Checkpointer:
+    """When and what to write, for a learner (actor or single process) that owns ``algo`` and
+    ``ledger``. ``settings``: dir, every_seconds, every_versions, keep, replay; None: never."""
+
+    def __init__(self, settings: dict | None):
+        self.settings = settings
+        self.last_t = time.time()
+        self.last_version = 0
+        self.last_path: Path | None = None
+
+    def due(self, version: int) -> bool:
+        s = self.settings
+        if not s:
+            return False
+        return bool((s["every_versions"] and version - self.last_version >= s["every_versions"])
+                    or (s["every_seconds"] and time.time() - self.last_t >= s["every_seconds"]))
+
+    def write(self, algo, version: int, ledger, extra: dict | None = None) -> Path | None:
+        s = self.settings
+        if not s:
+            return None
+        if hasattr(algo, "include_replay"):
+            algo.include_replay = s["replay"]
+        state = {"version": version, "algo": algo.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
+                 **(extra or {})}
+        self.last_path = save(s["dir"], state, keep=s["keep"])
+        self.last_t, self.last_version = time.time(), version
+        return self.last_path
+
+
+def restore(path: str | os.PathLike, algo, ledger) -> dict:
+    """Load a checkpoint into ``algo`` and ``ledger``; returns the whole state (version, extras)."""
+    state = load(path)
+    algo.load_state_dict(state["algo"])
+    ledger.load_state_dict(state["ledger"])
+    set_rng_state(state["rng"])
+    return state
+
+
+class NumericFault(RuntimeError):
+    """A non-finite loss or weights: the run stops and nothing non-finite is published."""
+
+
+def check_finite(metrics: dict, version: int) -> None:
+    bad = [k for k, v in metrics.items() if isinstance(v, float) and not np.isfinite(v)]
+    if bad:
+        raise NumericFault(f"numeric: non-finite {', '.join(bad)} at version {version}; the run stops, "
+                           f"the last good checkpoint is kept")
