@@ -25,8 +25,11 @@ NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
 _ND = "__ndarray__"
 
 
-class CheckpointError(ValueError):
-    """A missing or unreadable checkpoint; ``str()`` is the one line to show."""
+from tianji_dask.config import PipelineError
+
+
+class CheckpointError(PipelineError):
+    """A missing or unreadable checkpoint; ``str()`` is the one line to show (exit 2 in the CLI)."""
 
 
 def _pack(obj):

@@ -8,7 +8,6 @@ import sys
 import time
 
 from tianji_dask.config import PipelineError
-from tianji_dask.checkpoint import CheckpointError
 
 EXIT_USAGE = 2
 
@@ -180,7 +179,7 @@ def main(argv=None) -> int:
             return cmd_plot(args)
         if args.command == "resume":
             return cmd_resume(args)
-    except (PipelineError, CheckpointError) as err:
+    except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_USAGE

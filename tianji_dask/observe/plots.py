@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tianji_dask.config import PipelineError
 from tianji_dask.metrics import CHUNK_FIELDS, EPISODE_FIELDS
 
 FIGURES = ("return_vs_time.png", "return_vs_env_steps.png", "staleness_hist.png", "throughput.png")
 
 
-class RunDirError(ValueError):
+class RunDirError(PipelineError):
     """A directory that does not hold a recorded run; ``str()`` is the one line to show."""
 
 
