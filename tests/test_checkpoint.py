@@ -72,3 +72,30 @@ def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     assert new[:10, 1].mean() > 0.5 * learned and new[:10, 1].mean() > 40
     results = json.loads((out / "results.json").read_text())
     assert results["env_steps"] >= 150_000 and results["updates"] == second["updates"]
+
+
+def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
+    import os
+    import time
+
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "lost", overrides={
+        "stop.target_return": None, "stop.max_seconds": 25, "checkpoint.every_versions": 200,
+    })
+    run.start()
+    deadline = time.time() + 60
+    while run.status().get("version", 0) < 700 and time.time() < deadline:
+        time.sleep(0.2)
+    learner = next(a for a, w in tianji_client.scheduler_info(n_workers=-1)["workers"].items()
+                   if w["resources"].get("LEARNER"))
+    version_at_loss = run.status()["version"]
+    try:  # the worker process dies (its nanny starts a new one)
+        tianji_client.run(os._exit, 1, workers=[learner])
+    except Exception:  # noqa: BLE001 - the call itself dies with the worker
+        pass
+    results = run.wait(timeout=120)
+    assert len(results["learner_restarts"]) == 1, results["learner_restarts"]
+    restored_from = results["learner_restarts"][0]["checkpoint"]
+    v_ckpt = int(restored_from.rsplit("-", 1)[1].split(".")[0])
+    assert 200 <= v_ckpt <= version_at_loss + 200  # the newest checkpoint before the loss
+    assert results["final_version"] > v_ckpt and results["error"] is None
+    assert results["controller"]["chunks_in_flight"] == 0

@@ -132,11 +132,15 @@ class Checkpointer:
         return self.last_path
 
 
-def restore(path: str | os.PathLike, algo, ledger) -> dict:
-    """Load a checkpoint into ``algo`` and ``ledger``; returns the whole state (version, extras)."""
+def restore(path: str | os.PathLike, algo, ledger, t_run_start: float | None = None) -> dict:
+    """Load a checkpoint into ``algo`` and ``ledger``; returns the whole state (version, extras).
+
+    By default the run's clock resumes where the checkpoint left it (a stopped run's pause does
+    not count); with ``t_run_start`` it keeps that start, so time lost to a crash counts."""
     state = load(path)
     algo.load_state_dict(state["algo"])
-    ledger.load_state_dict(state["ledger"])
+    now = None if t_run_start is None else t_run_start + state["ledger"]["elapsed_s"]
+    ledger.load_state_dict(state["ledger"], now=now)
     set_rng_state(state["rng"])
     return state
 

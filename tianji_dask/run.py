@@ -53,6 +53,9 @@ class Run:
         self._learner = None
         self._learner_future = None
         self._learner_job = None  # the learner's batch job (kind slurm or pbs)
+        self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
+        self._t_run_start: float | None = None
+        self._explorer_workers = 1
         self._single = None
         self._final: dict | None = None
         self.results: dict | None = None
@@ -201,6 +204,7 @@ class Run:
         counts = check_roles(client, explorer_workers=None, timeout=timeout)
         explorer_workers = counts["EXPLORER"]
         stop_active_memory_manager(client)
+        self._explorer_workers = explorer_workers
         spec = self._spec(explorer_workers)
         client.register_plugin(StalenessController(spec["law"]["window"]), name="tianji")
         client.register_plugin(
@@ -276,7 +280,15 @@ class Run:
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
-            status = self.status()
+            try:
+                status = self.status()
+            except Exception as err:  # noqa: BLE001 - the learner's worker is gone
+                if self._single is not None or self._learner is None:
+                    raise
+                self._rebuild_learner(err)
+                continue
+            if self._t_run_start is None and status.get("elapsed_s") is not None:
+                self._t_run_start = time.time() - status["elapsed_s"]
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
@@ -289,6 +301,32 @@ class Run:
             time.sleep(poll_s)
         return self._write()
 
+    def _rebuild_learner(self, err: Exception, attempts: int = 3, wait_s: float = 120) -> None:
+        """The learner's worker was lost: rebuild the learner from the newest checkpoint on a
+        LEARNER worker (waiting for one to come back), at most ``attempts`` times per run."""
+        from tianji_dask import checkpoint
+        from tianji_dask.cluster import check_roles
+        from tianji_dask.dataflow.learner import Learner
+
+        ckpt_dir = self.out / "checkpoints"
+        if len(self._restarts) >= attempts:
+            raise RuntimeError(f"learner: lost {len(self._restarts) + 1} times, giving up (last: {err}); "
+                               f"`tianji-dask resume {self.out}` continues from the newest checkpoint") from None
+        try:
+            path = checkpoint.latest(ckpt_dir)
+        except checkpoint.CheckpointError:
+            raise RuntimeError(f"learner: lost ({err}) before its first checkpoint; nothing to rebuild from") from None
+        check_roles(self.client, timeout=wait_s)  # a LEARNER worker again (a nanny restarts a dead one)
+        spec = self._spec(self._explorer_workers)
+        # the crash's lost time counts: the rebuilt learner keeps the run's start
+        spec.update(resume_from=str(path.resolve()), rebuilt=True, keep_t_run_start=self._t_run_start)
+        self._restarts.append({"t": time.time(), "error": str(err)[:500], "checkpoint": str(path)})
+        self._learner_future = self.client.submit(
+            Learner, spec, actor=True, resources={"LEARNER": 1},
+            key=f"tianji-learner-{self.run_id}-r{len(self._restarts)}",
+        )
+        self._learner = self._learner_future.result()
+
     def _write(self) -> dict:
         final = self._final
         results = dict(final["results"])
@@ -298,6 +336,7 @@ class Run:
             explorers=p.explorers, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
             pipeline_config=p.model_dump(mode="json"),
         )
+        results["learner_restarts"] = self._restarts
         if self._single is None:
             results["controller"] = self._controller_final()
         self.results_path = write_results(self.out, results, final["episodes"], final["chunks"])

@@ -203,8 +203,14 @@ class StalenessController(SchedulerPlugin):
             scheduler.log_event("tianji.learner_lost", {"run_id": self.run_id, "worker": worker})
 
     # ---- handlers (called by the learner and by clients) --------------------------------
-    def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1) -> dict:
-        """Start a run's accounting afresh (one run at a time per scheduler)."""
+    def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1,
+              rebuilt: bool = False) -> dict:
+        """Start a run's accounting afresh (one run at a time per scheduler); ``rebuilt``: the same
+        run's learner came back after its worker was lost, so the books and the law go on."""
+        if rebuilt and run_id == self.run_id:
+            self.learner_address, self.learner_lost = learner_address, False
+            self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "worker": learner_address})
+            return self.params()
         self._reset(run_id, law, learner_address, chunk_env_steps)
         return self.params()
 

@@ -58,9 +58,10 @@ class Learner:
         self._error: str | None = None  # why the run ended early, for the results
         self._homes: list[str] = []
         self._homes_at = 0.0
+        rebuilt = {"rebuilt": True} if spec.get("rebuilt") else {}
         self._apply_params(self._client.sync(
             self._client.scheduler.tianji_begin, run_id=self.run_id, law=spec["law"],
-            learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"],
+            learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"], **rebuilt,
         ))
         self.t_run_start = time.time()  # run start: cluster up, learner built
         self.ledger = Ledger(
@@ -69,7 +70,7 @@ class Learner:
         )
         self._ckpt = checkpoint.Checkpointer(spec.get("checkpoint"))
         if spec.get("resume_from"):  # continue the learning curve, the books and the clock
-            state = checkpoint.restore(spec["resume_from"], self.algo, self.ledger)
+            state = checkpoint.restore(spec["resume_from"], self.algo, self.ledger, spec.get("keep_t_run_start"))
             self.version = self._ckpt.last_version = int(state["version"])
             self.t_run_start = self.ledger.t_run_start
             if state.get("controller", {}).get("window"):
