@@ -99,3 +99,58 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
     assert 200 <= v_ckpt <= version_at_loss + 200  # the newest checkpoint before the loss
     assert results["final_version"] > v_ckpt and results["error"] is None
     assert results["controller"]["chunks_in_flight"] == 0
+
+
+def test_lost_explorer_costs_only_its_chunks_in_flight(tianji_client, tmp_path):
+    import os
+    import time
+
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "explorer", overrides={
+        "stop.target_return": None, "stop.max_seconds": 15})
+    run.start()
+    deadline = time.time() + 60
+    while run.status().get("version", 0) < 300 and time.time() < deadline:
+        time.sleep(0.2)
+    explorer = sorted(a for a, w in tianji_client.scheduler_info(n_workers=-1)["workers"].items()
+                      if w["resources"].get("EXPLORER"))[0]
+    try:
+        tianji_client.run(os._exit, 1, workers=[explorer])
+    except Exception:  # noqa: BLE001 - the call dies with the worker
+        pass
+    results = run.wait(timeout=60)
+    ctrl = results["controller"]
+    gone = [lost for lost in results["lost"] if lost["reason"] != "cancelled at stop"]
+    assert len(gone) <= ctrl["window"] + 1, gone  # at most what was in flight on it
+    assert results["error"] is None and results["learner_restarts"] == []
+    # every chunk is accounted for: consumed, or lost with a reason; no credit left over
+    assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
+    assert ctrl["chunks_in_flight"] == 0
+    assert set(ctrl["per_explorer_env_steps"]) == {"0", "1"}
+
+
+def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
+    results = Run("cartpole_dqn", out=tmp_path / "nan", overrides={
+        "mode": "single", "algo.config.lr": 1e30, "algo.config.learning_starts": 100,
+        "algo.config.max_grad_norm": None, "stop.max_seconds": 60, "checkpoint.every_versions": 1,
+    }).start().wait()
+    assert results["stop_reason"] == "numeric_fault"
+    assert results["error"].startswith("numeric: non-finite")
+    # the checkpoints kept are all finite
+    from tianji_dask import checkpoint
+
+    state = checkpoint.load(checkpoint.latest(tmp_path / "nan" / "checkpoints"))
+    import torch
+
+    assert all(torch.isfinite(t).all() for t in state["algo"]["q"].values())
+
+
+@pytest.mark.parametrize("args,kwargs,message", [
+    ((123,), {}, "^pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got int"),
+    (("cartpole_ppo",), {"overrides": 5}, "^overrides: must be a mapping"),
+    (("cartpole_ppo",), {"out": __file__}, "^out: .* exists and is not a directory"),
+])
+def test_run_arguments_are_checked(args, kwargs, message):
+    from tianji_dask.config import PipelineError
+
+    with pytest.raises(PipelineError, match=message):
+        Run(*args, **kwargs)

@@ -33,6 +33,10 @@ class Run:
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
                  _resume_from: str | None = None):
+        if overrides is not None and not isinstance(overrides, dict):
+            raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
+        if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
+            raise PipelineError(f"pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got {type(pipeline).__name__}")
         if isinstance(pipeline, Pipeline):
             if overrides:
                 pipeline = parse_pipeline(pipeline.model_dump(), overrides=overrides)
@@ -45,6 +49,8 @@ class Run:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = Path(out) if out is not None else Path("runs") / f"{pipeline.name}-{pipeline.mode}-{stamp}-{self.run_id}"
         self._resume_from = _resume_from
+        if self.out.exists() and not self.out.is_dir():
+            raise PipelineError(f"out: {str(self.out)!r} exists and is not a directory")
         if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
             raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
         self.client = client
