@@ -63,6 +63,24 @@ CASES = [
     ("unknown env id", _with(env__id="CartPole-v9"), "env.id: unknown gymnasium id 'CartPole-v9' (did you mean"),
     ("missing field", _with(env=...), "env: required"),
     ("no stop condition", _with(stop={"window": 100}), "stop: give target_return or one of"),
+    ("window bounds crossed", _with(controller={"window_min": 4, "window_max": 2}),
+     "controller: window_min (4) must be <= window_max (2)"),
+    ("replay ratio upside down", _with(controller={"replay_ratio": [8, 2]}),
+     "controller: replay_ratio: must be [min, max] with 0 <= min <= max"),
+    ("negative staleness target", _with(controller={"staleness_target": -1}),
+     "controller.staleness_target: Input should be greater than or equal to 0"),
+    ("balance and chunk_steps", _with(balance={"chunk_steps_total": 64, "publish_every_total": 8}),
+     "balance: derives chunk_steps and learner.publish_every"),
+    ("explorer kwargs for a missing explorer", _with(env__explorer_kwargs={5: {"x": 1}}),
+     "env.explorer_kwargs: explorer 5 does not exist; allowed 0..1"),
+    ("address without address", _with(cluster={"kind": "address"}), "cluster: kind 'address' needs address"),
+    ("unknown cluster kind", _with(cluster={"kind": "k8s"}), "cluster.kind: Input should be"),
+    ("temporary TLS to a remote scheduler", _with(cluster={"kind": "address", "address": "tls://h:8786", "security": "temporary"}),
+     "cluster: security 'temporary' only works for a cluster started here"),
+    ("jobqueue maximum below minimum", _with(cluster={"kind": "slurm", "jobqueue": {"minimum_jobs": 4, "maximum_jobs": 2}}),
+     "cluster.jobqueue: maximum_jobs (2) must be >= minimum_jobs"),
+    ("checkpoint keep zero", _with(checkpoint={"keep": 0}), "checkpoint.keep: Input should be greater than or equal to 1"),
+    ("updates per pass word", _with(learner={"updates_per_pass": "many"}), "learner.updates_per_pass"),
 ]
 
 
@@ -96,6 +114,10 @@ def test_bad_pipeline_is_one_clear_line(tmp_path, capsys, label, data, message):
         (["fly"], "invalid choice: 'fly'"),
         (["train", "no/such/file.yaml"], "pipeline: file 'no/such/file.yaml' does not exist"),
         (["train", "cartpole_xyz"], "is neither a file nor a bundled pipeline"),
+        (["resume", "no/such/run"], "run_dir: 'no/such/run' is not a run directory (no pipeline.yaml)"),
+        (["resume", "cartpole_dqn", "--max-seconds", "-1"], "--max-seconds must be a number > 0"),
+        (["plot", "no/such/run"], "run_dir: 'no/such/run' is not a recorded run"),
+        (["plot"], "the following arguments are required: RUN_DIR"),
     ],
 )
 def test_bad_cli_input_is_one_clear_line(tmp_path, capsys, argv, message):
