@@ -96,36 +96,40 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
     assert len(results["learner_restarts"]) == 1, results["learner_restarts"]
     restored_from = results["learner_restarts"][0]["checkpoint"]
     v_ckpt = int(restored_from.rsplit("-", 1)[1].split(".")[0])
-    assert 200 <= v_ckpt <= version_at_loss + 200  # the newest checkpoint before the loss
+    assert version_at_loss - 200 <= v_ckpt  # versions lost <= the checkpoint interval
     assert results["final_version"] > v_ckpt and results["error"] is None
     assert results["controller"]["chunks_in_flight"] == 0
 
 
-def test_lost_explorer_costs_only_its_chunks_in_flight(tianji_client, tmp_path):
+def test_killed_explorers_cost_only_their_chunks_in_flight(tianji_client, tmp_path):
     import os
     import time
 
-    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "explorer", overrides={
-        "stop.target_return": None, "stop.max_seconds": 15})
+    import psutil
+
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "explorer", overrides={"stop.max_seconds": 240})
     run.start()
-    deadline = time.time() + 60
-    while run.status().get("version", 0) < 300 and time.time() < deadline:
-        time.sleep(0.2)
-    explorer = sorted(a for a, w in tianji_client.scheduler_info(n_workers=-1)["workers"].items()
-                      if w["resources"].get("EXPLORER"))[0]
-    try:
-        tianji_client.run(os._exit, 1, workers=[explorer])
-    except Exception:  # noqa: BLE001 - the call dies with the worker
-        pass
-    results = run.wait(timeout=60)
+    killed = []
+    for version in (1500, 3000, 4500):  # three kills, by pid, while it learns
+        deadline = time.time() + 120
+        while run.status().get("version", 0) < version and time.time() < deadline:
+            time.sleep(0.2)
+        workers = tianji_client.scheduler_info(n_workers=-1)["workers"]
+        explorers = sorted(a for a, w in workers.items() if w["resources"].get("EXPLORER"))
+        if not explorers or run.status().get("done"):
+            break
+        pid = tianji_client.run(os.getpid, workers=[explorers[len(killed) % len(explorers)]])
+        psutil.Process(next(iter(pid.values()))).kill()  # its nanny starts a new worker process
+        killed.append(pid)
+    results = run.wait(timeout=300)
     ctrl = results["controller"]
+    assert len(killed) == 3 and results["solved"], (len(killed), results["final_mean_return"])
     gone = [lost for lost in results["lost"] if lost["reason"] != "cancelled at stop"]
-    assert len(gone) <= ctrl["window"] + 1, gone  # at most what was in flight on it
+    assert len(gone) <= 3 * (ctrl["window_max"] + 1), gone  # at most what was in flight on them
     assert results["error"] is None and results["learner_restarts"] == []
     # every chunk is accounted for: consumed, or lost with a reason; no credit left over
     assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
     assert ctrl["chunks_in_flight"] == 0
-    assert set(ctrl["per_explorer_env_steps"]) == {"0", "1"}
 
 
 def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
