@@ -306,3 +306,16 @@ def test_tianji_pipeline_runs_and_drops_on_refresh(tianji_client, tmp_path):
     })
     results = run.start().wait()
     assert results["chunks_dropped"] == {} and results["env_steps_trained"] == results["env_steps"]
+
+
+def test_law_does_not_widen_a_window_whose_chunks_are_dropped():
+    law = WindowLaw(2, target=8, w_min=1, w_max=32)
+    t = 0.0
+    for i in range(40):  # staleness stuck near 1: staler chunks are thrown away at consumption
+        t += 0.3
+        law.observe(t, i, [1, 1, 3], dropped=1)
+    assert law.window == 2 and law.last["dropped_fraction"] > 0.2
+    for i in range(40):  # the same staleness without drops: the window opens toward the target
+        t += 0.3
+        law.observe(t, 40 + i, [1, 1, 1], dropped=0)
+    assert law.window > 8

@@ -21,6 +21,8 @@ EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
+#: the window does not grow while more than this fraction of consumed chunks is dropped
+MAX_DROPPED_TO_GROW = 0.2
 #: the window moves at most once per this many seconds, and only after half a window of chunks
 CONTROL_MIN_PERIOD_S = 0.2
 
@@ -48,23 +50,30 @@ class WindowLaw:
         return max(1, int(round(self.w)))
 
     def _reset_period(self, t, version):
-        self.p_t, self.p_version, self.p_chunks, self.p_staleness = t, version, 0, 0.0
+        self.p_t, self.p_version, self.p_chunks, self.p_staleness, self.p_dropped = t, version, 0, 0.0, 0
 
-    def observe(self, t: float, learner_version: int, staleness: list[int]) -> bool:
-        """Feed a report's consumed staleness values; True when W was adjusted."""
+    def observe(self, t: float, learner_version: int, staleness: list[int], dropped: int = 0) -> bool:
+        """Feed a report's consumed staleness values (and how many of those chunks were dropped);
+        True when W was adjusted."""
         if self.p_t is None:
             self._reset_period(t, learner_version)
         self.p_chunks += len(staleness)
         self.p_staleness += sum(staleness)
+        self.p_dropped += dropped
         if self.p_chunks < max(1, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
             return False
         s = self.p_staleness / self.p_chunks
         u = max(learner_version - self.p_version, 0) / self.p_chunks
-        self.last = {"staleness": s, "updates_per_chunk": u}
+        drop_frac = self.p_dropped / self.p_chunks
+        self.last = {"staleness": s, "updates_per_chunk": u, "dropped_fraction": drop_frac}
         self._reset_period(t, learner_version)
         if self.target is None:
             return False
         step = self.gain * (self.target - s) / max(u, 0.25)
+        if step > 0 and drop_frac > MAX_DROPPED_TO_GROW:
+            # a wider window only makes more chunks that the learner throws away (on-policy data
+            # past its lag limit): the target is out of reach, hold the window instead
+            step = 0.0
         bound = max(1.0, self.w / 2)
         self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
         return True
@@ -231,7 +240,7 @@ class StalenessController(SchedulerPlugin):
             self.learner_version = int(learner_version)
         if progress:
             self.progress = progress
-        staleness_seen = []
+        staleness_seen, dropped_seen = [], 0
         for key, explorer_id, env_steps, nbytes, staleness, age_s, dropped in consumed or ():
             if key in self.credited:
                 self.credited.discard(key)
@@ -248,7 +257,8 @@ class StalenessController(SchedulerPlugin):
             self.age_max_s = max(self.age_max_s, float(age_s))
             self.history.append((now, self.learner_version, self.chunks_in_flight, self.window, int(staleness), float(age_s)))
             staleness_seen.append(int(staleness))
-        if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen):
+            dropped_seen += int(bool(dropped))
+        if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen, dropped_seen):
             self.window_log.append((now, self.law.w, self.law.target, self.law.last["staleness"], self.law.last["updates_per_chunk"]))
         granted = []
         prog = self.progress
