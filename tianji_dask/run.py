@@ -60,6 +60,7 @@ class Run:
         self._learner_future = None
         self._learner_job = None  # the learner's batch job (kind slurm or pbs)
         self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
+        self._env_seed_offset = 0
         self._t_run_start: float | None = None
         self._explorer_workers = 1
         self._single = None
@@ -150,8 +151,10 @@ class Run:
         if not (d / "pipeline.yaml").is_file():
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
         path = checkpoint.latest(d / "checkpoints")
-        checkpoint.load(path)  # fail here, with one line, on a damaged file
-        return cls(d / "pipeline.yaml", client, out=d, overrides=overrides, _resume_from=str(path.resolve()))
+        state = checkpoint.load(path)  # fail here, with one line, on a damaged file
+        run = cls(d / "pipeline.yaml", client, out=d, overrides=overrides, _resume_from=str(path.resolve()))
+        run._env_seed_offset = 1 + int(state["version"])  # fresh env seeds: no replay of the first episodes
+        return run
 
     def _write_pipeline(self) -> None:
         import yaml
@@ -179,7 +182,8 @@ class Run:
         if p.mode == "single":
             from tianji_dask.single import SingleProcessRun
 
-            self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env_kwargs_for, p.seed)
+            self._single = SingleProcessRun(self._spec(1), p.env.id, p.env.num_envs, p.env_kwargs_for,
+                                            p.seed + 7919 * self._env_seed_offset)
             threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
             return self
         from distributed import Client
@@ -214,7 +218,7 @@ class Run:
         spec = self._spec(explorer_workers)
         client.register_plugin(StalenessController(spec["law"]["window"]), name="tianji")
         client.register_plugin(
-            EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed,
+            EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed + 7919 * self._env_seed_offset,
                     explorer_kwargs=p.env.explorer_kwargs),
             name="tianji-envs",
         )
