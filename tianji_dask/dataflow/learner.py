@@ -52,7 +52,7 @@ class Learner:
         self._publishing: tuple | None = None  # (version, key, concurrent future) of a scatter in progress
         self._status: dict = {}
         self._final: dict | None = None
-        self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version)
+        self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version, home worker)
         self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
         self._ctl: dict = {}
         self._error: str | None = None  # why the run ended early, for the results
