@@ -21,7 +21,7 @@ EXPECT = {
 def test_notebook_executes(path, tmp_path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks with outputs cleared"
-    monkeypatch.setenv("TIANJI_NOTEBOOK_SECONDS", "15")
+    monkeypatch.setenv("TIANJI_NOTEBOOK_SECONDS", "10")
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     for marker in EXPECT[path.name]:
