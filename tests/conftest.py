@@ -13,3 +13,19 @@ def tianji_client():
     yield client
     client.close()
     cluster.close()
+
+
+def settle(client, timeout: float = 120) -> None:
+    """Wait until the shared cluster has its learner and both explorers back and answering (a test
+    that kills worker processes leaves their nannies restarting them)."""
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        roles = sorted(next(iter(w["resources"]), "") for w in workers)
+        if roles == ["EXPLORER", "EXPLORER", "LEARNER"]:
+            client.run(lambda: None)  # every worker answers
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the test cluster did not settle in {timeout:.0f}s")

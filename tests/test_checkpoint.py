@@ -10,6 +10,8 @@ from tianji_dask import checkpoint
 from tianji_dask.cli import main
 from tianji_dask.run import Run
 
+from conftest import settle
+
 
 def test_pack_roundtrip_and_safe_load(tmp_path):
     state = {"version": 7, "a": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int64(3),
@@ -99,6 +101,7 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
     assert version_at_loss - 200 <= v_ckpt  # versions lost <= the checkpoint interval
     assert results["final_version"] > v_ckpt and results["error"] is None
     assert results["controller"]["chunks_in_flight"] == 0
+    settle(tianji_client)
 
 
 def test_killed_explorers_cost_only_their_chunks_in_flight(tianji_client, tmp_path):
@@ -130,6 +133,7 @@ def test_killed_explorers_cost_only_their_chunks_in_flight(tianji_client, tmp_pa
     # every chunk is accounted for: consumed, or lost with a reason; no credit left over
     assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
     assert ctrl["chunks_in_flight"] == 0
+    settle(tianji_client)  # leave the shared cluster whole for the next tests
 
 
 def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):

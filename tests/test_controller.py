@@ -9,6 +9,8 @@ from tianji_dask.config import PipelineError
 from tianji_dask.dataflow.controller import StalenessController, WindowLaw, replay_gate
 from tianji_dask.run import Run
 
+from conftest import settle
+
 
 # ---- the law, as arithmetic ----------------------------------------------------------------
 def _plant(law: WindowLaw, u: float, periods: int, t0: float = 0.0, k: float = 0.0) -> float:
@@ -150,6 +152,7 @@ def _staleness_between(results, t0, t1):
 
 
 def test_staleness_target_is_held_and_followed(tianji_client, tmp_path):
+    settle(tianji_client)
     # the controller off, a wide fixed window: staleness grows to about the window
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "off", overrides={**SLOW_LEARNER, "controller.window": 12})
     run.start()
@@ -186,6 +189,7 @@ def test_slow_explorer_does_not_stall_relaxed_ppo(tianji_client, tmp_path):
         "env.id": "sleepy_env:SleepyCartPole-v0", "env.num_envs": 4, "chunk_steps": 16,
         "env.explorer_kwargs": {0: {"sleep_s": 0.01}}, "stop.target_return": None, "stop.max_seconds": 6,
     }
+    settle(tianji_client)  # a worker restarted by an earlier test would slow the fast explorer
     relaxed = Run("cartpole_ppo", tianji_client, out=tmp_path / "relaxed", overrides=overrides).start().wait()
     lockstep = Run("cartpole_ppo", tianji_client, out=tmp_path / "lockstep",
                    overrides={**overrides, "mode": "lockstep"}).start().wait()

@@ -400,6 +400,7 @@ class Learner:
     def _update_status(self, now: float) -> None:
         status = self.ledger.status(self.version, now)
         status["chunks_in_flight"] = len(self._in_flight)
+        status["explorer_homes"] = {eid: self._homes[eid % len(self._homes)] for eid in range(self.spec["explorers"])} if self._homes else {}
         status["window"] = self._ctl.get("window")
         progress = self.algo.replay_progress()
         if progress and progress["env_steps"]:
