@@ -28,4 +28,5 @@ def settle(client, timeout: float = 120) -> None:
             client.run(lambda: None)  # every worker answers
             return
         time.sleep(0.2)
-    raise TimeoutError(f"the test cluster did not settle in {timeout:.0f}s")
+    seen = {a: (w["name"], w["resources"]) for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    raise TimeoutError(f"the test cluster did not settle in {timeout:.0f}s: {seen}")

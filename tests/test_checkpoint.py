@@ -10,7 +10,20 @@ from tianji_dask import checkpoint
 from tianji_dask.cli import main
 from tianji_dask.run import Run
 
-from conftest import settle
+
+
+@pytest.fixture
+def own_client():
+    """A cluster of its own for tests that kill worker processes (the shared one stays whole)."""
+    from distributed import Client
+
+    from tianji_dask.cluster import local_cluster
+
+    cluster = local_cluster(explorer_workers=2, dashboard_address=None)
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
 
 
 def test_pack_roundtrip_and_safe_load(tmp_path):
@@ -76,7 +89,8 @@ def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     assert results["env_steps"] >= 150_000 and results["updates"] == second["updates"]
 
 
-def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
+def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
+    tianji_client = own_client
     import os
     import time
 
@@ -101,10 +115,10 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(tianji_client, tmp_path):
     assert version_at_loss - 200 <= v_ckpt  # versions lost <= the checkpoint interval
     assert results["final_version"] > v_ckpt and results["error"] is None
     assert results["controller"]["chunks_in_flight"] == 0
-    settle(tianji_client)
 
 
-def test_killed_explorers_cost_only_their_chunks_in_flight(tianji_client, tmp_path):
+def test_killed_explorers_cost_only_their_chunks_in_flight(own_client, tmp_path):
+    tianji_client = own_client
     import os
     import time
 
@@ -133,7 +147,6 @@ def test_killed_explorers_cost_only_their_chunks_in_flight(tianji_client, tmp_pa
     # every chunk is accounted for: consumed, or lost with a reason; no credit left over
     assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
     assert ctrl["chunks_in_flight"] == 0
-    settle(tianji_client)  # leave the shared cluster whole for the next tests
 
 
 def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
