@@ -1,19 +1,36 @@
+import contextlib
+
 import pytest
 
 
-@pytest.fixture(scope="session")
-def tianji_client():
-    """A real LocalCluster with one LEARNER and two EXPLORER worker processes, shared by tests."""
+@contextlib.contextmanager
+def _cluster_client():
+    """A real LocalCluster with one LEARNER and two EXPLORER worker processes, and its client."""
     from distributed import Client
 
     from tianji_dask.cluster import local_cluster
 
     cluster = local_cluster(explorer_workers=2, dashboard_address=None)
     client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
 
+
+@pytest.fixture(scope="session")
+def tianji_client():
+    """The cluster most tests share."""
+    with _cluster_client() as client:
+        yield client
+
+
+@pytest.fixture
+def own_client():
+    """A cluster of its own, for tests that kill worker processes (the shared one stays whole)."""
+    with _cluster_client() as client:
+        yield client
 
 def settle(client, timeout: float = 120) -> None:
     """Wait until the shared cluster has its learner and both explorers back and answering (a test

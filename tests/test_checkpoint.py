@@ -11,21 +11,6 @@ from tianji_dask.cli import main
 from tianji_dask.run import Run
 
 
-
-@pytest.fixture
-def own_client():
-    """A cluster of its own for tests that kill worker processes (the shared one stays whole)."""
-    from distributed import Client
-
-    from tianji_dask.cluster import local_cluster
-
-    cluster = local_cluster(explorer_workers=2, dashboard_address=None)
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
-
-
 def test_pack_roundtrip_and_safe_load(tmp_path):
     state = {"version": 7, "a": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int64(3),
              "rng": np.random.default_rng(1).bit_generator.state, "nested": [{"b": np.ones(2, dtype=bool)}],
