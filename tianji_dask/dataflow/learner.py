@@ -344,15 +344,18 @@ class Learner:
     def _learner_status(self, now: float) -> dict:
         """Small and flat: what the dashboard and the Prometheus collector show of the learner."""
         ledger = self.ledger
-        progress = self.algo.replay_progress()
         return {
             "version": self.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
             "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
             "mean_return": ledger.mean_return(), "elapsed_s": now - ledger.t_run_start,
             "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
-            "replay_ratio": (progress["samples_trained"] / progress["env_steps"])
-            if progress and progress["env_steps"] else None,
+            "replay_ratio": self._replay_ratio(),
         }
+
+    def _replay_ratio(self) -> float | None:
+        """Samples trained per env step past the warm-up (replaying algorithms only)."""
+        progress = self.algo.replay_progress()
+        return progress["samples_trained"] / progress["env_steps"] if progress and progress["env_steps"] else None
 
     def _progress(self) -> dict | None:
         progress = self.algo.replay_progress()
@@ -402,9 +405,7 @@ class Learner:
         status["chunks_in_flight"] = len(self._in_flight)
         status["explorer_homes"] = {eid: self._homes[eid % len(self._homes)] for eid in range(self.spec["explorers"])} if self._homes else {}
         status["window"] = self._ctl.get("window")
-        progress = self.algo.replay_progress()
-        if progress and progress["env_steps"]:
-            status["replay_ratio"] = progress["samples_trained"] / progress["env_steps"]
+        status["replay_ratio"] = self._replay_ratio()
         if self._tb is not None:
             self._tb.write(status)
         status["done"] = self._final is not None
