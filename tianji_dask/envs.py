@@ -51,9 +51,11 @@ def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwar
 
 
 def env_spaces(env_id: str, **env_kwargs):
-    """(single observation space, single action space) of an env id."""
-    env = gym.make(registered_id(env_id), **env_kwargs)
+    """(single observation space, single action space) of an env id, as explorers will see them:
+    read off a one-env vector env made the same way (an env's own vector entry point may
+    preprocess, e.g. Atari's stacked 84x84 grey frames)."""
+    env = make_vec_env(env_id, 1, **env_kwargs)
     try:
-        return env.observation_space, env.action_space
+        return env.single_observation_space, env.single_action_space
     finally:
         env.close()

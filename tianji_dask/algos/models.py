@@ -1,6 +1,7 @@
-"""Small MLPs for the algorithms: a Q-network (optionally dueling) and an actor-critic.
+"""Networks for the algorithms: a Q-network (optionally dueling) and an actor-critic.
 
-Only flat Box observations and Discrete actions are supported for now.
+Flat Box observations go through an MLP; image observations (C, H, W), such as Atari's stacked
+uint8 frames, through the Nature-DQN convolutional encoder first. Actions are Discrete.
 """
 
 from __future__ import annotations
@@ -16,15 +17,53 @@ from torch import nn
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
-def check_spaces(obs_space, action_space, algo: str) -> tuple[int, int]:
-    """(flat observation size, number of actions); ValueError for spaces we don't handle."""
+def check_spaces(obs_space, action_space, algo: str) -> tuple[int | tuple[int, int, int], int]:
+    """(what the networks take as ``obs_dim``, number of actions): the flat observation size, or
+    the (C, H, W) shape of image observations. ValueError for spaces we don't handle."""
     import gymnasium as gym
 
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(f"{algo}: only Discrete action spaces are supported, got {action_space}")
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
+    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+        return tuple(int(d) for d in obs_space.shape), int(action_space.n)
     return int(np.prod(obs_space.shape)), int(action_space.n)
+
+
+class NatureCNN(nn.Module):
+    """The convolutional encoder of Mnih et al. 2015 (Nature DQN): uint8 pixels in [0, 255] ->
+    512 features. Input may come flattened; it is reshaped to (B, C, H, W)."""
+
+    features = 512
+
+    def __init__(self, shape: tuple[int, int, int]):
+        super().__init__()
+        self.shape = tuple(shape)
+        c, h, w = self.shape
+        self.convs = nn.Sequential(
+            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.fc = nn.Linear(flat, self.features)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.reshape(-1, *self.shape).float() * (1.0 / 255.0)
+        return torch.relu(self.fc(self.convs(x)))
+
+
+def encoder(obs_dim: int | tuple[int, int, int]) -> tuple[nn.Module | None, int]:
+    """(image encoder or None, width of what the MLP trunk receives)."""
+    if isinstance(obs_dim, tuple):
+        return NatureCNN(obs_dim), NatureCNN.features
+    return None, obs_dim
+
+
+def encode(enc: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
+    """Features for the trunk: the encoder's, or the flattened float observation."""
+    return enc(obs) if enc is not None else obs.flatten(1).float()
 
 
 def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
@@ -103,11 +142,12 @@ def as_batch(obs) -> np.ndarray:
 class QNetwork(nn.Module):
     """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64),
+    def __init__(self, obs_dim: int | tuple[int, int, int], n_actions: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "relu", dueling: bool = False):
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden, activation)
-        width = hidden[-1] if hidden else obs_dim
+        self.encoder, in_dim = encoder(obs_dim)
+        self.trunk = mlp(in_dim, hidden, activation)
+        width = hidden[-1] if hidden else in_dim
         self.dueling = dueling
         self._np = None  # numpy views for numpy_forward, made on first use
         if dueling:
@@ -117,7 +157,7 @@ class QNetwork(nn.Module):
             self.head = nn.Linear(width, n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = chain(self.trunk, obs.flatten(1))
+        h = chain(self.trunk, encode(self.encoder, obs))
         if self.dueling:
             adv = F.linear(h, self.advantage.weight, self.advantage.bias)
             return F.linear(h, self.value.weight, self.value.bias) + adv - adv.mean(dim=1, keepdim=True)
@@ -128,7 +168,10 @@ class QNetwork(nn.Module):
         return {**self.__dict__, "_np": None}
 
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
-        """``forward`` in numpy, for acting (see NumpyMLP)."""
+        """``forward`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
+        if self.encoder is not None:
+            with torch.no_grad():
+                return self.forward(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
         if self._np is None:
             if self.dueling:
                 self._np = (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage))
@@ -146,39 +189,51 @@ class ActorCritic(nn.Module):
     """Categorical policy logits and state values, with separate trunks (CleanRL's default) or a
     shared one. Orthogonal init: hidden gain sqrt(2), policy head 0.01, value head 1."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64),
+    def __init__(self, obs_dim: int | tuple[int, int, int], n_actions: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False):
         super().__init__()
-        width = hidden[-1] if hidden else obs_dim
+        self.actor_encoder, in_dim = encoder(obs_dim)
+        self.critic_encoder = None if shared else encoder(obs_dim)[0]
+        width = hidden[-1] if hidden else in_dim
         self.shared = shared
         self._np_actor = None  # numpy views for numpy_logits, made on first use
-        self.actor_trunk = mlp(obs_dim, hidden, activation, ortho=True)
-        self.critic_trunk = None if shared else mlp(obs_dim, hidden, activation, ortho=True)
+        self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)
+        self.critic_trunk = None if shared else mlp(in_dim, hidden, activation, ortho=True)
         self.actor_head = layer_init(nn.Linear(width, n_actions), gain=0.01)
         self.critic_head = layer_init(nn.Linear(width, 1), gain=1.0)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        return F.linear(chain(self.actor_trunk, obs.flatten(1)), self.actor_head.weight, self.actor_head.bias)
+        h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
+        return F.linear(h, self.actor_head.weight, self.actor_head.bias)
 
     def __getstate__(self):
         # numpy views would be pickled as copies, detached from the parameters: rebuild them
         return {**self.__dict__, "_np_actor": None}
 
     def numpy_logits(self, obs: np.ndarray) -> np.ndarray:
-        """``logits`` in numpy, for acting (see NumpyMLP)."""
+        """``logits`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
+        if self.actor_encoder is not None:
+            with torch.no_grad():
+                return self.logits(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
         if self._np_actor is None:
             self._np_actor = NumpyMLP(self.actor_trunk, self.actor_head)
         return self._np_actor(as_batch(obs))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        trunk = self.actor_trunk if self.shared else self.critic_trunk
-        return F.linear(chain(trunk, obs.flatten(1)), self.critic_head.weight, self.critic_head.bias).squeeze(-1)
+        if self.shared:
+            h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
+        else:
+            h = chain(self.critic_trunk, encode(self.critic_encoder, obs))
+        return F.linear(h, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, A], values [B])."""
-        obs = obs.flatten(1)
-        h = chain(self.actor_trunk, obs)
-        hv = h if self.shared else chain(self.critic_trunk, obs)
+        x = encode(self.actor_encoder, obs)
+        h = chain(self.actor_trunk, x)
+        if self.shared:
+            hv = h
+        else:
+            hv = chain(self.critic_trunk, x if self.critic_encoder is None else encode(self.critic_encoder, obs))
         logits = F.linear(h, self.actor_head.weight, self.actor_head.bias)
         return logits, F.linear(hv, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 

@@ -90,7 +90,7 @@ class PPO(Algorithm):
         obs_dim, self.n_actions = check_spaces(obs_space, action_space, "PPO")
         self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
         # what explorers need to act: everything but the critic
-        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith(("critic_trunk", "critic_head"))]
+        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith("critic_")]
         self.optimizer = None  # learner side only: made on first learn()
         self.rng = np.random.default_rng(seed)
         self.segments: list[dict] = []  # collected for the next batch, in arrival order
