@@ -89,7 +89,7 @@ def latest(directory: str | os.PathLike) -> Path:
 
 def load(path: str | os.PathLike) -> dict:
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(path, weights_only=True, map_location="cpu")  # a GPU learner's checkpoint resumes anywhere
     except Exception as err:  # noqa: BLE001 - a truncated or foreign file
         raise CheckpointError(f"checkpoint: {str(path)!r} is damaged or not a tianji checkpoint ({type(err).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

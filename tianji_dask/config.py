@@ -101,7 +101,17 @@ class LearnerConfig(_Strict):
     drop_on_refresh: bool = Field(
         False, description="drop a chunk whose explorer would have received newer weights before it finished (TianJi's refresh)")
     threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
-    device: Literal["cpu"] = "cpu"
+    device: str = Field("cpu", description="torch device of the learner's networks: cpu, cuda or cuda:N "
+                        "(explorers always act on CPU; weights are published as CPU arrays)")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        import re
+
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise ValueError(f"must be cpu, cuda or cuda:N (got {device!r})")
+        return device
 
 
 class BalanceConfig(_Strict):

@@ -110,6 +110,15 @@ class Run:
             if not tensorboard.available():
                 raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
                                     "tianji_dask does not install it")
+        if p.learner.device.partition(":")[0] not in algo.device_types:
+            raise PipelineError(f"learner.device: {p.algo.name} trains on {' or '.join(algo.device_types)} only (got {p.learner.device})")
+        if p.learner.device != "cpu" and (p.mode == "single" or (self.client is None and p.cluster.kind == "local")):
+            from tianji_dask.torch_setup import learner_device
+
+            try:  # the learner will run on this machine: say now if it has no such device
+                learner_device(p.learner.device)
+            except RuntimeError as err:
+                raise PipelineError(str(err)) from None
         progress = algo.replay_progress()
         if isinstance(c.replay_ratio, tuple) and progress is None:
             raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
@@ -129,6 +138,7 @@ class Run:
             "chunk_env_steps": p.chunk_steps * p.env.num_envs, "law": self.law(),
             "publish_every": p.learner.publish_every, "updates_per_pass": p.updates_per_pass,
             "drop_on_refresh": p.learner.drop_on_refresh, "threads": p.learner.threads,
+            "device": p.learner.device,
             "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
             "make_algo": make_algo,
             # written by the learner, so on the learner's machine for a remote cluster
@@ -226,7 +236,12 @@ class Run:
         self._learner_future = client.submit(
             Learner, spec, actor=True, resources={"LEARNER": 1}, key=f"tianji-learner-{self.run_id}"
         )
-        self._learner = self._learner_future.result()
+        try:
+            self._learner = self._learner_future.result()
+        except RuntimeError as err:
+            if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
+                raise PipelineError(str(err)) from None
+            raise
         return self
 
     def _run_single(self) -> None:

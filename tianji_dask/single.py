@@ -8,7 +8,7 @@ import time
 from tianji_dask import checkpoint
 from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.rollout import Rollout
-from tianji_dask.torch_setup import prepare_torch
+from tianji_dask.torch_setup import learner_device, prepare_torch
 
 
 class SingleProcessRun:
@@ -19,6 +19,7 @@ class SingleProcessRun:
         prepare_torch(spec["threads"])
         self.spec = spec
         self.algo = spec["make_algo"]()
+        self.algo.to_device(learner_device(spec.get("device", "cpu")))
         self.rollouts = [
             Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs_for(i)) for i in range(spec["explorers"])
         ]

@@ -13,3 +13,18 @@ def prepare_torch(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def learner_device(name: str):
+    """The torch device for ``learner.device``; RuntimeError naming the field when this machine
+    cannot provide it (the learner may run on another machine than the client)."""
+    import torch
+
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"learner.device: {name} asked for, but torch on this machine "
+                               f"({'a CPU-only build' if torch.version.cuda is None else 'no CUDA device visible'}) cannot use it")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise RuntimeError(f"learner.device: {name} asked for, but only {torch.cuda.device_count()} CUDA device(s) here")
+    return torch.device(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict
 
 
@@ -25,12 +26,26 @@ class AlgoConfig(BaseModel):
 class Algorithm(ABC):
     #: True for algorithms that train only on data from (nearly) the current policy
     on_policy: bool = False
+    #: torch device types the learner side can train on (``learn`` moves its batches there)
+    device_types: tuple[str, ...] = ("cpu",)
 
     def __init__(self, obs_space, action_space, config: AlgoConfig, seed: int = 0):
         self.obs_space = obs_space
         self.action_space = action_space
         self.config = config
         self.seed = seed
+        self.device = torch.device("cpu")
+
+    def to_device(self, device) -> None:
+        """Move the learner side's networks to ``device``, once, before the first ``learn``.
+        Explorers never call it: they act on CPU, and ``get_weights`` always returns CPU arrays."""
+        device = torch.device(device)
+        if device.type not in self.device_types:
+            raise ValueError(f"learner.device: {type(self).__name__} trains on {' or '.join(self.device_types)} only (got {device})")
+        for value in vars(self).values():
+            if isinstance(value, torch.nn.Module):
+                value.to(device)
+        self.device = device
 
     # ---- explorer side -------------------------------------------------------------------
     @abstractmethod

@@ -167,11 +167,19 @@ class QNetwork(nn.Module):
         # numpy views would be pickled as copies, detached from the parameters: rebuild them
         return {**self.__dict__, "_np": None}
 
+    def _apply(self, *args, **kwargs):
+        self._np = None  # .to(device) and friends replace the parameters the views read
+        return super()._apply(*args, **kwargs)
+
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``forward`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
-        if self.encoder is not None:
+        if self._np is None:
+            device = next(self.parameters()).device
+            if self.encoder is not None or device.type != "cpu":  # convolutions, or weights off the CPU: torch
+                self._np = device
+        if isinstance(self._np, torch.device):
             with torch.no_grad():
-                return self.forward(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
+                return self.forward(torch.from_numpy(np.ascontiguousarray(obs)).to(self._np)).cpu().numpy()
         if self._np is None:
             if self.dueling:
                 self._np = (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage))
@@ -210,11 +218,19 @@ class ActorCritic(nn.Module):
         # numpy views would be pickled as copies, detached from the parameters: rebuild them
         return {**self.__dict__, "_np_actor": None}
 
+    def _apply(self, *args, **kwargs):
+        self._np_actor = None  # .to(device) and friends replace the parameters the views read
+        return super()._apply(*args, **kwargs)
+
     def numpy_logits(self, obs: np.ndarray) -> np.ndarray:
         """``logits`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
-        if self.actor_encoder is not None:
+        if self._np_actor is None:
+            device = self.actor_head.weight.device
+            if self.actor_encoder is not None or device.type != "cpu":  # convolutions, or weights off the CPU: torch
+                self._np_actor = device
+        if isinstance(self._np_actor, torch.device):
             with torch.no_grad():
-                return self.logits(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
+                return self.logits(torch.from_numpy(np.ascontiguousarray(obs)).to(self._np_actor)).cpu().numpy()
         if self._np_actor is None:
             self._np_actor = NumpyMLP(self.actor_trunk, self.actor_head)
         return self._np_actor(as_batch(obs))

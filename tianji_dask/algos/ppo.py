@@ -83,6 +83,7 @@ def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncat
 
 class PPO(Algorithm):
     on_policy = True
+    device_types = ("cpu", "cuda")
 
     def __init__(self, obs_space, action_space, config: PPOConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
@@ -170,8 +171,8 @@ class PPO(Algorithm):
             obs = seg["obs"]
             T, N = seg["rewards"].shape
             with torch.no_grad():
-                values = self.net.value(torch.as_tensor(obs, dtype=torch.float32).reshape(T + 1, N, -1).flatten(0, 1))
-            values = values.numpy().reshape(T + 1, N)
+                values = self.net.value(torch.as_tensor(obs).to(self.device).reshape(T + 1, N, -1).flatten(0, 1))
+            values = values.cpu().numpy().reshape(T + 1, N)
             adv, ret = gae(seg["rewards"], values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
             valid = seg["valid"]
             parts["obs"].append(obs[:T][valid])
@@ -180,8 +181,8 @@ class PPO(Algorithm):
             parts["advantages"].append(adv[valid])
             parts["returns"].append(ret[valid])
             parts["values"].append(values[:T][valid])
-        batch = {k: torch.from_numpy(np.concatenate(v)) for k, v in parts.items()}
-        batch["obs"] = batch["obs"].float().flatten(1)
+        batch = {k: torch.from_numpy(np.concatenate(v)).to(self.device) for k, v in parts.items()}
+        batch["obs"] = batch["obs"].flatten(1)  # uint8 frames stay uint8 until a minibatch is encoded
         batch["actions"] = batch["actions"].long()
         return batch
 
@@ -247,7 +248,7 @@ class PPO(Algorithm):
         n_mb = min(c.num_minibatches, B)
         totals: dict[str, torch.Tensor] = {}
         for epoch in range(c.update_epochs):
-            perm = torch.from_numpy(self.rng.permutation(B))
+            perm = torch.from_numpy(self.rng.permutation(B)).to(self.device)
             shuffled = {k: v[perm] for k, v in batch.items()}  # then minibatches are cheap views
             last_epoch = epoch == c.update_epochs - 1
             for mb_slice in self._slices(B, n_mb):

@@ -21,7 +21,7 @@ from tianji_dask import checkpoint
 from tianji_dask.dataflow.controller import replay_gate
 from tianji_dask.dataflow.explorer import explore_chunk
 from tianji_dask.dataflow.ledger import Ledger
-from tianji_dask.torch_setup import prepare_torch
+from tianji_dask.torch_setup import learner_device, prepare_torch
 
 STATUS_EVERY_S = 0.2
 REPORT_EVERY_S = 0.1
@@ -45,6 +45,7 @@ class Learner:
         self.spec = spec
         self.run_id = spec["run_id"]
         self.algo = spec["make_algo"]()
+        self.algo.to_device(learner_device(spec.get("device", "cpu")))
         self.version = 0
         self._stop = threading.Event()
         self._weights: deque = deque(maxlen=2)  # (version, future): the last two published
