@@ -152,9 +152,10 @@ class SumTree:
         node = self.leaves + np.asarray(idx, dtype=np.int64)
         self.nodes[node] = values
         for _ in range(self.depth):
-            node = node >> 1
+            node >>= 1
+            child = node << 1
             # recomputed from the children, not incremented: no drift, and repeated parents are harmless
-            self.nodes[node] = self.nodes[2 * node] + self.nodes[2 * node + 1]
+            self.nodes[node] = self.nodes.take(child) + self.nodes.take(child + 1)
 
     def rebuild(self) -> None:
         """Recompute every inner node from the leaves, one level at a time."""
@@ -168,10 +169,11 @@ class SumTree:
         u = np.array(prefix, dtype=np.float64)
         node = np.ones(len(u), dtype=np.int64)
         for _ in range(self.depth):
-            left = self.nodes[2 * node]
+            node <<= 1
+            left = self.nodes.take(node)
             right = u >= left
-            u -= np.where(right, left, 0.0)
-            node = 2 * node + right
+            u -= left * right
+            node += right
         return node - self.leaves
 
 
