@@ -37,6 +37,7 @@ def assert_tree_consistent(tree: SumTree, leaves: np.ndarray) -> None:
 def test_sum_tree_totals_and_prefix_search_after_batch_updates_and_ring_overwrite():
     alpha, eps, cap = 0.7, 1e-3, 37  # a capacity that is no power of two: padded leaves exist
     buf = PrioritizedReplayBuffer(cap, alpha=alpha, eps=eps, seed=0)
+    assert buf.tree is None  # nothing allocated until data arrives
     rng = np.random.default_rng(0)
     expected = np.zeros(cap)  # leaf values p^alpha, kept by direct numpy
     max_p, pos, size, number = 1.0, 0, 0, 0
@@ -186,7 +187,7 @@ def test_dqn_per_checkpoint_round_trip_resumes_identically(tmp_path):
     assert "priorities" not in state["replay"]
     c = DQN(OBS, ACT, a.config, seed=0)
     c.load_state_dict(state)
-    assert len(c.replay) == 0 and c.replay.tree.total() == 0.0
+    assert len(c.replay) == 0 and c.replay.tree is None
     assert (c.replay.max_priority, c.per_beta()) == (a.replay.max_priority, a.per_beta()) and c.replay.max_priority > 1.0
     c.ingest(hand_chunk(T=20, N=3, seed=5), staleness=0)
     np.testing.assert_allclose(c.replay.tree.values(np.arange(len(c.replay))), a.replay.max_priority**0.6)

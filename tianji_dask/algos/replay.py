@@ -189,8 +189,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().__init__(capacity, seed)
         self.alpha = float(alpha)
         self.eps = float(eps)
-        self.tree = SumTree(self.capacity)
+        self.tree: SumTree | None = None  # with the storage: explorers' copies never hold one
         self.max_priority = 1.0  # raw (before alpha): what new transitions get
+
+    def _allocate(self, batch: dict[str, np.ndarray]) -> None:
+        super()._allocate(batch)
+        self.tree = SumTree(self.capacity)
 
     def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
         """As ``ReplayBuffer.add``; ``priorities`` (|TD errors|, one per transition, e.g. computed
@@ -237,7 +241,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.max_priority = float(state["max_priority"])
-        if "storage" in state:
-            self.tree.nodes[:] = 0.0
+        if "storage" in state:  # the storage was just allocated, with an empty tree
             self.tree.nodes[self.tree.leaves:self.tree.leaves + self.size] = state["priorities"]
             self.tree.rebuild()
