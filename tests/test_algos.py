@@ -198,7 +198,8 @@ def test_dqn_loss_against_direct_computation(loss):
         expected = np.mean(np.where(np.abs(d) < 1, 0.5 * d**2, np.abs(d) - 0.5))
     else:
         expected = np.mean(d**2)
-    got, got_q = algo.loss(batch)
+    got, got_q, got_target = algo.loss(batch)
+    np.testing.assert_allclose(got_target.numpy(), y, rtol=1e-6)
     np.testing.assert_allclose(got_q.detach().numpy(), q, rtol=1e-6)
     np.testing.assert_allclose(got.item(), expected, rtol=1e-5)
 

@@ -1,4 +1,5 @@
-"""DQN with a target network, double-Q, optional dueling head, n-step returns and uniform replay.
+"""DQN with a target network, double-Q, optional dueling head, n-step returns and uniform or
+prioritized replay.
 
 One ``learn()`` is one gradient step on one minibatch. The replay ratio is controlled by
 ``ready()``: once the replay holds ``learning_starts`` transitions, every env step ingested allows
@@ -20,7 +21,7 @@ from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import (
     Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
 )
-from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
+from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, nstep_transitions
 
 
 class DQNConfig(AlgoConfig):
@@ -55,6 +56,16 @@ class DQNConfig(AlgoConfig):
     #: what epsilon's decay follows: env steps collected, or the learner's updates (TianJi ties it
     #: to learner progress, so adding explorers does not shorten exploration in updates)
     eps_decay_on: Literal["env_steps", "updates"] = "env_steps"
+    #: proportional prioritized replay (Schaul et al. 2016) instead of uniform
+    prioritized: bool = False
+    #: priority exponent: 0 = uniform, 1 = fully proportional to |TD error|
+    per_alpha: float = Field(0.6, ge=0.0)
+    #: importance-sampling exponent at the first update, annealed linearly to 1 ...
+    per_beta_start: float = Field(0.4, ge=0.0, le=1.0)
+    #: ... over this many updates
+    per_beta_steps: int = Field(10_000, ge=1)
+    #: added to |TD error| so that no transition's priority is zero
+    per_eps: float = Field(1e-6, gt=0.0)
     #: include the replay contents in state_dict() (large; off: a resumed run refills it)
     checkpoint_replay: bool = False
 
@@ -76,7 +87,10 @@ class DQN(Algorithm):
         self.q, self.target = seeded_init(seed, build)
         self.target.requires_grad_(False)
         self.optimizer = None  # learner side only: made on first learn()
-        self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)  # allocates on first ingest
+        if c.prioritized:  # allocates on first ingest
+            self.replay = PrioritizedReplayBuffer(c.buffer_size, c.per_alpha, c.per_eps, seed=seed + 1)
+        else:
+            self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self.env_steps = 0  # env steps ingested
         self.updates = 0
@@ -167,8 +181,14 @@ class DQN(Algorithm):
                 q_next = q_next_target.max(dim=1).values
             return rewards + discounts * q_next
 
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(TD loss, Q of the taken actions) on a minibatch of tensors."""
+    def per_beta(self) -> float:
+        """Importance-sampling exponent now: per_beta_start, linearly to 1 over per_beta_steps updates."""
+        c = self.config
+        return c.per_beta_start + min(1.0, self.updates / c.per_beta_steps) * (1.0 - c.per_beta_start)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(TD loss, Q of the taken actions, TD targets) on a minibatch of tensors; with
+        ``batch["weights"]`` (prioritized replay) each transition's loss is scaled by its weight."""
         obs, next_obs = batch["obs"], batch["next_obs"]
         if self.config.double_q:  # one online pass over s and s' together: fewer, larger ops
             q_all = self.q(torch.cat([obs, next_obs]))
@@ -177,11 +197,12 @@ class DQN(Algorithm):
             q_obs, q_next_online = self.q(obs), None
         target = self.td_targets(batch["rewards"], next_obs, batch["discounts"], q_next_online)
         q = q_obs.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        if self.config.loss == "huber":
-            loss = F.smooth_l1_loss(q, target)
+        loss_fn = F.smooth_l1_loss if self.config.loss == "huber" else F.mse_loss
+        if "weights" in batch:
+            loss = (batch["weights"] * loss_fn(q, target, reduction="none")).mean()
         else:
-            loss = F.mse_loss(q, target)
-        return loss, q
+            loss = loss_fn(q, target)
+        return loss, q, target
 
     def update_target(self) -> None:
         with torch.no_grad():
@@ -196,10 +217,19 @@ class DQN(Algorithm):
         c = self.config
         if self.optimizer is None:
             self._make_optimizer()
-        batch = {k: torch.from_numpy(v) for k, v in self.replay.sample(c.batch_size).items()}
+        if c.prioritized:
+            idx = self.replay.sample_indices(c.batch_size)
+            sample = self.replay.gather(idx)
+            beta = self.per_beta()
+            sample["weights"] = self.replay.importance_weights(idx, beta)
+        else:
+            sample = self.replay.sample(c.batch_size)
+        batch = {k: torch.from_numpy(v) for k, v in sample.items()}
         batch["obs"] = batch["obs"].float()
         batch["next_obs"] = batch["next_obs"].float()
-        loss, q = self.loss(batch)
+        loss, q, target = self.loss(batch)
+        if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
+            self.replay.update_priorities(idx, (q.detach() - target).abs().numpy())
         self.optimizer.zero_grad()
         loss.backward()
         if c.max_grad_norm is not None:
@@ -209,7 +239,10 @@ class DQN(Algorithm):
         self.update_credit -= 1.0
         if self.updates % c.target_update_interval == 0:
             self.update_target()
-        return {"loss": loss.item(), "q_mean": q.detach().mean().item(), "samples": float(c.batch_size)}
+        metrics = {"loss": loss.item(), "q_mean": q.detach().mean().item(), "samples": float(c.batch_size)}
+        if c.prioritized:
+            metrics["per_beta"] = beta
+        return metrics
 
     # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:

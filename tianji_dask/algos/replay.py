@@ -1,4 +1,5 @@
-"""Uniform replay: n-step transitions cut from a chunk, stored in a preallocated ring buffer.
+"""Replay: n-step transitions cut from a chunk, stored in a preallocated ring buffer, drawn
+uniformly or in proportion to their priorities (a sum tree).
 
 A stored transition is (obs, action, reward, next_obs, discount) where ``reward`` is the n-step
 discounted return and ``discount`` is gamma**k for a k-step window that bootstraps from
@@ -7,6 +8,8 @@ discounted return and ``discount`` is gamma**k for a k-step window that bootstra
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -121,3 +124,123 @@ class ReplayBuffer:
             for k, v in state["storage"].items():
                 self.storage[k][:size] = v
             self.pos, self.size = state["pos"], size
+
+
+class SumTree:
+    """Sums of leaf values in a flat array: node ``i`` has children ``2i`` and ``2i + 1``, the
+    root is node 1 and leaf ``j`` is node ``leaves + j`` (leaves padded to a power of two).
+
+    Updates and prefix-sum searches take whole batches; the only Python loop is over the
+    tree's levels (17 for 100k leaves).
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self.depth = max(1, math.ceil(math.log2(self.capacity)))
+        self.leaves = 1 << self.depth
+        # float64: a float32 root over 100k leaves would drift away from the sum of its leaves
+        self.nodes = np.zeros(2 * self.leaves, dtype=np.float64)
+
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    def values(self, idx: np.ndarray) -> np.ndarray:
+        return self.nodes[self.leaves + np.asarray(idx)]
+
+    def update(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves ``idx`` to ``values`` (the last one wins for a repeated index)."""
+        node = self.leaves + np.asarray(idx, dtype=np.int64)
+        self.nodes[node] = values
+        for _ in range(self.depth):
+            node >>= 1
+            child = node << 1
+            # recomputed from the children, not incremented: no drift, and repeated parents are harmless
+            self.nodes[node] = self.nodes.take(child) + self.nodes.take(child + 1)
+
+    def rebuild(self) -> None:
+        """Recompute every inner node from the leaves, one level at a time."""
+        lo = self.leaves
+        while lo > 1:
+            self.nodes[lo // 2:lo] = self.nodes[lo:2 * lo:2] + self.nodes[lo + 1:2 * lo:2]
+            lo //= 2
+
+    def find(self, prefix: np.ndarray) -> np.ndarray:
+        """For each value u in [0, total), the leaf j whose cumulative sum range holds u."""
+        u = np.array(prefix, dtype=np.float64)
+        node = np.ones(len(u), dtype=np.int64)
+        for _ in range(self.depth):
+            node <<= 1
+            left = self.nodes.take(node)
+            right = u >= left
+            u -= left * right
+            node += right
+        return node - self.leaves
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016): transition i is drawn with
+    probability p_i^alpha / sum_j p_j^alpha, where p_i = |TD error| + eps from its last update;
+    new transitions get the largest priority seen so far, so each is replayed at least once soon.
+
+    A minibatch is stratified: one draw from each of ``batch_size`` equal segments of the total.
+    """
+
+    def __init__(self, capacity: int, alpha: float, eps: float, seed: int = 0):
+        super().__init__(capacity, seed)
+        self.alpha = float(alpha)
+        self.eps = float(eps)
+        self.tree: SumTree | None = None  # with the storage: explorers' copies never hold one
+        self.max_priority = 1.0  # raw (before alpha): what new transitions get
+
+    def _allocate(self, batch: dict[str, np.ndarray]) -> None:
+        super()._allocate(batch)
+        self.tree = SumTree(self.capacity)
+
+    def add(self, batch: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> int:
+        """As ``ReplayBuffer.add``; ``priorities`` (|TD errors|, one per transition, e.g. computed
+        by explorers as in Ape-X; eps is added) replace the default of the largest priority so far."""
+        start = self.pos
+        n = super().add(batch)
+        if n == 0:
+            return 0
+        idx = (start + np.arange(n)) % self.capacity
+        if priorities is None:
+            self.tree.update(idx, np.full(n, self.max_priority**self.alpha))
+        else:
+            self.update_priorities(idx, np.asarray(priorities)[-n:])
+        return n
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        total = self.tree.total()
+        prefix = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        # rounding can put a draw at the very end, past the last stored leaf: that is the last one
+        return np.minimum(self.tree.find(prefix), self.size - 1)
+
+    def probabilities(self, idx: np.ndarray) -> np.ndarray:
+        return self.tree.values(idx) / self.tree.total()
+
+    def importance_weights(self, idx: np.ndarray, beta: float) -> np.ndarray:
+        """w_i = (N * P(i))^-beta, divided by the minibatch's largest so that weights only scale
+        updates down."""
+        w = (self.size * self.probabilities(idx)) ** -beta
+        return (w / w.max()).astype(np.float32)
+
+    def update_priorities(self, idx: np.ndarray, td_abs: np.ndarray) -> None:
+        """New priorities |TD error| + eps for the transitions at ``idx``."""
+        priorities = np.asarray(td_abs, dtype=np.float64) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.update(idx, priorities**self.alpha)
+
+    def state_dict(self, include_data: bool = True) -> dict:
+        state = super().state_dict(include_data)
+        state["max_priority"] = self.max_priority
+        if "storage" in state:
+            state["priorities"] = self.tree.values(np.arange(self.size))  # already ^alpha
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.max_priority = float(state["max_priority"])
+        if "storage" in state:  # the storage was just allocated, with an empty tree
+            self.tree.nodes[self.tree.leaves:self.tree.leaves + self.size] = state["priorities"]
+            self.tree.rebuild()
