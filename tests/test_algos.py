@@ -560,3 +560,46 @@ def test_unsupported_spaces_raise(name):
         make_algorithm(name, gym.spaces.Discrete(3), ACT, {})
     with pytest.raises(ValueError):  # unknown hyperparameters are errors
         make_algorithm(name, OBS, ACT, {"no_such_key": 1})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the learner.device: cuda path)")
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_learner_on_cuda_trains_and_publishes_cpu_weights(name):
+    from tianji_dask.rollout import Rollout
+
+    obs_space, act_space = env_spaces("CartPole-v1")
+    config = {"learning_starts": 64} if name == "dqn" else {}
+    learner = make_algorithm(name, obs_space, act_space, config)
+    learner.to_device("cuda")
+    actor = make_algorithm(name, obs_space, act_space, config)
+    rollout = Rollout("CartPole-v1", 4, seed=0)
+    while not learner.ready():
+        actor.set_weights(learner.get_weights())
+        learner.ingest(rollout.run(actor, 32, {"epsilon": 1.0} if name == "dqn" else {}, policy_version=0, explorer_id=0), 0)
+    before = {k: v.copy() for k, v in learner.get_weights().items()}
+    metrics = learner.learn()
+    weights = learner.get_weights()
+    assert all(isinstance(v, np.ndarray) for v in weights.values())
+    assert any(not np.array_equal(before[k], weights[k]) for k in weights)
+    assert np.isfinite(metrics["samples"])
+    net = learner.q if name == "dqn" else learner.net
+    assert next(net.parameters()).device.type == "cuda"
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_image_observations_get_the_convolutional_encoder_and_act_through_torch(name):
+    obs_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    algo = make_algorithm(name, obs_space, gym.spaces.Discrete(6), {"hidden": []})
+    net = algo.q if name == "dqn" else algo.net
+    assert any(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    actions, _ = algo.act(obs, {"epsilon": 0.0} if name == "dqn" else {"greedy": True})
+    with torch.no_grad():
+        x = torch.from_numpy(obs)
+        expected = (net(x) if name == "dqn" else net.logits(x)).argmax(1).numpy()
+    np.testing.assert_array_equal(actions, expected)
+    # pixels are scaled to [0, 1] inside the network: all-255 frames do not blow activations up
+    with torch.no_grad():
+        out = net(torch.full((1, 4, 84, 84), 255, dtype=torch.uint8))
+    out = out if name == "dqn" else out[0]
+    assert torch.isfinite(out).all() and out.abs().max() < 10

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tianji_dask.cli import main
@@ -81,6 +82,7 @@ CASES = [
      "cluster.jobqueue: maximum_jobs (2) must be >= minimum_jobs"),
     ("checkpoint keep zero", _with(checkpoint={"keep": 0}), "checkpoint.keep: Input should be greater than or equal to 1"),
     ("updates per pass word", _with(learner={"updates_per_pass": "many"}), "learner.updates_per_pass"),
+    ("unknown learner device", _with(learner={"device": "tpu"}), "learner.device: must be cpu, cuda or cuda:N (got 'tpu')"),
 ]
 
 
@@ -172,6 +174,16 @@ def test_env_the_algorithm_cannot_use_is_refused_before_a_cluster(tmp_path, caps
     assert main(["train", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has the CUDA device the test asks for in vain")
+@pytest.mark.parametrize("mode", ["single", "relaxed"])
+def test_learner_device_this_machine_lacks_is_refused_before_a_cluster(tmp_path, capsys, mode):
+    path = _write(tmp_path, _with(learner={"device": "cuda"}, mode=mode))
+    assert main(["train", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "learner.device: cuda asked for, but torch on this machine" in err
     assert not (tmp_path / "o").exists()
 
 

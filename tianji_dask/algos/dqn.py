@@ -72,6 +72,7 @@ class DQNConfig(AlgoConfig):
 
 class DQN(Algorithm):
     on_policy = False
+    device_types = ("cpu", "cuda")
 
     def __init__(self, obs_space, action_space, config: DQNConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
@@ -224,12 +225,12 @@ class DQN(Algorithm):
             sample["weights"] = self.replay.importance_weights(idx, beta)
         else:
             sample = self.replay.sample(c.batch_size)
-        batch = {k: torch.from_numpy(v) for k, v in sample.items()}
+        batch = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
         batch["obs"] = batch["obs"].float()
         batch["next_obs"] = batch["next_obs"].float()
         loss, q, target = self.loss(batch)
         if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
-            self.replay.update_priorities(idx, (q.detach() - target).abs().numpy())
+            self.replay.update_priorities(idx, (q.detach() - target).abs().cpu().numpy())
         self.optimizer.zero_grad()
         loss.backward()
         if c.max_grad_norm is not None:
