@@ -31,8 +31,9 @@ from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
 
 class MADDPGConfig(AlgoConfig):
     """Defaults follow the MADDPG paper's particle-env settings (gamma 0.95, tau 0.01, gradient
-    clip 0.5, a small penalty on the actor's logits) with a smaller minibatch and more frequent
-    updates, which improve simple_spread faster on a small CPU."""
+    clip 0.5, a small penalty on the actor's logits, two 64-unit layers) but with a learning rate
+    of 1e-3 instead of 1e-2, minibatches of 256 instead of 1024 and an update every 4 env steps
+    instead of every 100: simple_spread improves within 10k env steps on a small CPU."""
 
     hidden: tuple[int, ...] = (64, 64)
     activation: Literal["relu", "tanh"] = "relu"
@@ -108,6 +109,8 @@ class MADDPG(Algorithm):
         return {"sample": True}
 
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions (N, n_agents): sampled from each actor's softmax when ``explore["sample"]``
+        (what ``exploration()`` asks for), else each actor's most likely action."""
         # (N, n_agents, obs_dim) -> per-agent batches (n_agents, N, obs_dim) -> logits (n_agents, N, A)
         logits = self.actor.numpy_forward(np.ascontiguousarray(np.swapaxes(np.asarray(obs, np.float32), 0, 1)))
         if explore.get("sample", False):  # Gumbel-max: a sample from each actor's softmax
@@ -168,11 +171,6 @@ class MADDPG(Algorithm):
         self.actor_optimizer = Adam(self.actor.parameters(), self.config.actor_lr)
         self.critic_optimizer = Adam(self.critic.parameters(), self.config.critic_lr)
 
-    def critic_input(self, obs: torch.Tensor, actions_onehot: torch.Tensor) -> torch.Tensor:
-        """Every agent's observation and one-hot action, (n_agents, B, n_agents, ·) -> the
-        critics' input (n_agents, B, joint_dim): critic i reads row i."""
-        return torch.cat([obs.flatten(2), actions_onehot.flatten(2)], dim=2)
-
     def learn(self) -> dict[str, float]:
         c = self.config
         if self.actor_optimizer is None:
@@ -184,16 +182,18 @@ class MADDPG(Algorithm):
         actions = F.one_hot(batch["actions"].long(), A).float()  # (B, n, A)
         rewards = batch["rewards"].T  # (n, B): agent i's n-step return
         discounts = batch["discounts"]  # (B,): gamma**k, 0 after a terminal step
-        per_agent = lambda x: x.transpose(0, 1)  # (B, n, ...) -> (n, B, ...): agent i's batch  # noqa: E731
-        every_critic = lambda x: x.unsqueeze(0).expand(n, *x.shape)  # the same joint input for each critic  # noqa: E731
+        # networks take (n, B, ...), row i for agent i; every critic sees all observations and actions
+        seen_obs = obs.flatten(1).expand(n, -1, -1)  # (n, B, n * obs_dim)
+        seen_next_obs = next_obs.flatten(1).expand(n, -1, -1)
 
         # critic: y_i = r_i + gamma^k * Q'_i(o', a'), a'_j sampled from target actor j (one-hot)
         with torch.no_grad():
-            next_logits = self.target_actor(per_agent(next_obs))  # (n, B, A)
+            next_logits = self.target_actor(next_obs.transpose(0, 1))  # (n, B, A)
             next_actions = F.one_hot((next_logits + self.gumbel_noise(next_logits)).argmax(dim=2), A).float()
-            q_next = self.target_critic(self.critic_input(every_critic(next_obs), every_critic(per_agent(next_actions)))).squeeze(2)
+            seen_next_actions = next_actions.transpose(0, 1).flatten(1).expand(n, -1, -1)  # (n, B, n * A)
+            q_next = self.target_critic(torch.cat([seen_next_obs, seen_next_actions], dim=2)).squeeze(2)
             y = rewards + discounts * q_next
-        q = self.critic(self.critic_input(every_critic(obs), every_critic(actions))).squeeze(2)  # (n, B)
+        q = self.critic(torch.cat([seen_obs, actions.flatten(1).expand(n, -1, -1)], dim=2)).squeeze(2)  # (n, B)
         critic_loss = F.mse_loss(q, y, reduction="none").mean(dim=1).sum()  # each critic its own mean
         self.critic_optimizer.zero_grad()
         critic_loss.backward()
@@ -203,13 +203,13 @@ class MADDPG(Algorithm):
 
         # actor i: maximise Q_i with its own action a straight-through Gumbel-softmax sample of its
         # logits and the other agents' actions as replayed
-        logits = self.actor(per_agent(obs))  # (n, B, A)
+        logits = self.actor(obs.transpose(0, 1))  # (n, B, A)
         own = F.softmax((logits + self.gumbel_noise(logits)) / c.gumbel_temperature, dim=2)
         own = own + (F.one_hot(own.argmax(dim=2), A).float() - own).detach()  # hard forward, soft gradient
         own_slot = torch.eye(n, dtype=torch.bool)[:, None, :, None]  # agent i's slot in critic i's input
-        mixed = torch.where(own_slot, own.unsqueeze(2), actions.unsqueeze(0))  # (n, B, n, A)
+        mixed = torch.where(own_slot, own.unsqueeze(2), actions.unsqueeze(0)).flatten(2)  # (n, B, n * A)
         self.critic.requires_grad_(False)  # the actor loss trains the actors only: skip critic gradients
-        q_pi = self.critic(self.critic_input(every_critic(obs), mixed)).squeeze(2)
+        q_pi = self.critic(torch.cat([seen_obs, mixed], dim=2)).squeeze(2)
         self.critic.requires_grad_(True)
         actor_loss = -q_pi.mean(dim=1).sum() + c.logits_penalty * logits.pow(2).mean(dim=(1, 2)).sum()
         self.actor_optimizer.zero_grad()
