@@ -176,6 +176,20 @@ def test_maddpg_replay_ratio_paces_updates():
     assert algo.replay_progress()["samples_trained"] == updates * 64
 
 
+@pytest.mark.slow
+def test_spread_pipeline_runs_on_the_cluster(tianji_client, tmp_path):
+    # the relaxed pipeline as bundled, for a few chunks: multi-agent chunks and their per-agent
+    # rewards cross from explorer workers to the learner and feed MADDPG's updates
+    run = Run("mpe_spread_maddpg", tianji_client, out=tmp_path / "relaxed", overrides={
+        "algo.config.learning_starts": 400, "stop.max_env_steps": 1_200, "stop.max_seconds": 120})
+    results = run.start().wait()
+    assert results["error"] is None and results["stop_reason"] == "max_env_steps"
+    assert results["chunks"] >= 6 and results["chunks_lost"] == 0
+    # up to 0.25 updates per env step past the warm-up of 400; the stop may come before the learner catches up
+    assert 20 <= results["updates"] <= 0.25 * (results["env_steps"] - 400) + 1
+    assert results["episodes"] >= 40 and results["final_mean_return"] < 0
+
+
 def random_play_mean_return(episodes: int, num_envs: int, seed: int) -> float:
     """Mean team return of the first ``episodes`` episodes of uniformly random play."""
     steps = -(-episodes // num_envs) * (EPISODE + 1)  # each episode plus its reset step
