@@ -1,5 +1,5 @@
 """Multi-agent: PettingZoo MPE simple_spread as a vector env, and MADDPG on it (real envs, real
-torch, no Dask: the pipeline's Dask route is the same Rollout and algorithm objects)."""
+torch; learning is measured in single mode, and the bundled pipeline runs on a real cluster)."""
 
 from __future__ import annotations
 
