@@ -1,4 +1,7 @@
-"""Gymnasium environment helpers: id checks and vector envs (no Dask)."""
+"""Gymnasium environment helpers: id checks and vector envs (no Dask).
+
+Ids of PettingZoo parallel envs (``mpe2:simple_spread_v3``) resolve to a multi-agent vector env
+(see marl_envs); every other id is a gymnasium one."""
 
 from __future__ import annotations
 
@@ -7,11 +10,17 @@ import importlib
 
 import gymnasium as gym
 
+from tianji_dask.marl_envs import ParallelVecEnv, check_parallel_env_id, is_parallel_env_id
+
 
 def check_env_id(env_id: str) -> None:
     """Raise ValueError with close matches when ``env_id`` is not a registered gymnasium id.
 
-    ``module:Name-v0`` imports ``module`` first (it registers its own envs), as gymnasium does."""
+    ``module:Name-v0`` imports ``module`` first (it registers its own envs), as gymnasium does.
+    PettingZoo ids must be among the supported ones (marl_envs.PARALLEL_ENVS)."""
+    if is_parallel_env_id(env_id):
+        check_parallel_env_id(env_id)
+        return
     if ":" in env_id:
         module, _, name = env_id.partition(":")
         try:
@@ -37,8 +46,12 @@ def registered_id(env_id: str) -> str:
 def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwargs) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, natively vectorised when the env offers it.
 
-    Both routes use autoreset NEXT_STEP, which the chunk format relies on.
+    All routes use autoreset NEXT_STEP, which the chunk format relies on.
     """
+    if is_parallel_env_id(env_id):
+        env = ParallelVecEnv(env_id, num_envs, **env_kwargs)
+        env.reset(seed=seed)
+        return env
     env_id = registered_id(env_id)
     spec = gym.spec(env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"

@@ -13,6 +13,17 @@ import numpy as np
 from tianji_dask.dataflow.chunk import make_chunk
 from tianji_dask.envs import make_vec_env
 
+#: per-step arrays an env reports in its step info that the chunk keeps as extras, zero on reset
+#: steps like the reward (a multi-agent env's per-agent rewards: the team reward is their sum)
+INFO_EXTRAS = ("agent_rewards",)
+
+
+def keep_extra(extra_bufs: dict[str, np.ndarray], name: str, t: int, value: np.ndarray, n_steps: int) -> None:
+    """Write step ``t``'s ``value`` (N, ...) into ``extra_bufs[name]``, made on first sight."""
+    if name not in extra_bufs:
+        extra_bufs[name] = np.empty((n_steps, *value.shape), dtype=value.dtype)
+    extra_bufs[name][t] = value
+
 
 class Rollout:
     """A live vector env whose episodes continue across chunks."""
@@ -49,12 +60,14 @@ class Rollout:
                 actions = np.empty((n_steps, n, *action.shape[1:]), dtype=action.dtype)
             actions[t] = action
             for k, v in extra.items():
-                if k not in extra_bufs:
-                    extra_bufs[k] = np.empty((n_steps, n, *v.shape[1:]), dtype=v.dtype)
-                extra_bufs[k][t] = v
-            obs, reward, term, trunc, _ = self.env.step(action)
+                keep_extra(extra_bufs, k, t, v, n_steps)
+            obs, reward, term, trunc, step_info = self.env.step(action)
             valid[t] = ~self.resetting
             rewards[t] = np.where(valid[t], reward, 0.0)
+            for k in INFO_EXTRAS:
+                if k in step_info:
+                    v = np.asarray(step_info[k])
+                    keep_extra(extra_bufs, k, t, np.where(valid[t].reshape(n, *[1] * (v.ndim - 1)), v, 0), n_steps)
             terminated[t] = term & valid[t]
             truncated[t] = trunc & valid[t]
             self.episode_return += rewards[t]

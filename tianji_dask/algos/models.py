@@ -348,3 +348,48 @@ def load_weights(module: nn.Module, weights: dict[str, np.ndarray], keys=None) -
             if src.shape != v.shape:
                 raise ValueError(f"weights[{k!r}]: shape {tuple(src.shape)} != {tuple(v.shape)}")
             v.copy_(src)
+
+
+class PerAgentMLP(nn.Module):
+    """One independent MLP per agent, all evaluated together by batched matrix products: input
+    (n_agents, B, in_dim) -> output (n_agents, B, out_dim). Layers are initialised as nn.Linear's
+    default; the output layer's weights are scaled by ``out_gain`` (small: near-uniform logits)."""
+
+    def __init__(self, n_agents: int, in_dim: int, hidden: Sequence[int], out_dim: int,
+                 activation: str = "relu", out_gain: float = 1.0):
+        super().__init__()
+        self.activation = activation
+        widths = [in_dim, *hidden, out_dim]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(nn.Parameter(torch.empty(n_agents, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(n_agents, 1, fan_out).uniform_(-bound, bound)))
+        with torch.no_grad():
+            self.weights[-1].mul_(out_gain)
+        self._np = None  # numpy views for numpy_forward, made on first use
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act = torch.relu if self.activation == "relu" else torch.tanh
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = act(x)
+        return x
+
+    def __getstate__(self):
+        # numpy views would be pickled as copies, detached from the parameters: rebuild them
+        return {**self.__dict__, "_np": None}
+
+    def numpy_forward(self, x: np.ndarray) -> np.ndarray:
+        """``forward`` in numpy on zero-copy views of the parameters, for acting."""
+        if self._np is None:
+            self._np = [(w.detach().numpy(), b.detach().numpy()) for w, b in zip(self.weights, self.biases)]
+        last = len(self._np) - 1
+        for i, (w, b) in enumerate(self._np):
+            x = np.matmul(x, w) + b
+            if i < last:
+                x = np.maximum(x, 0.0, out=x) if self.activation == "relu" else np.tanh(x, out=x)
+        return x

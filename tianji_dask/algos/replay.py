@@ -20,19 +20,21 @@ def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray
     Each valid step t starts a window that runs until n steps are summed, the episode ends
     (terminated: no bootstrap; truncated: bootstrap from the true final observation obs[t+k+1]),
     or the chunk ends (bootstrap from obs[T]: chunks are self-contained, so windows never cross
-    them and are shorter there). Invalid (autoreset) steps start no window.
+    them and are shorter there). Invalid (autoreset) steps start no window. Rewards may carry
+    trailing dimensions, (T, N, n_agents) for per-agent rewards; each is summed alike.
     """
     obs, actions, rewards = chunk["obs"], chunk["actions"], chunk["rewards"]
     terminated, truncated, valid = chunk["terminated"], chunk["truncated"], chunk["valid"]
-    T, N = rewards.shape
-    ret = np.zeros((T, N), dtype=np.float64)
+    T, N = valid.shape
+    ret = np.zeros(rewards.shape, dtype=np.float64)
+    per_step = (1,) * (rewards.ndim - 2)  # broadcasts (T, N) masks over the rewards' trailing dims
     length = np.zeros((T, N), dtype=np.int64)  # steps summed into each window
     ended = np.zeros((T, N), dtype=bool)  # window ends on a terminated step: no bootstrap
     alive = valid.copy()  # window still extending
     for k in range(min(n, T)):
         # the window of step t looks at step t+k, for t in [0, T-k)
         a = alive[: T - k] & valid[k:]
-        ret[: T - k] += np.where(a, gamma**k * rewards[k:], 0.0)
+        ret[: T - k] += np.where(a.reshape(*a.shape, *per_step), gamma**k * rewards[k:], 0.0)
         length[: T - k] += a
         ended[: T - k] |= a & terminated[k:]
         alive[: T - k] = a & ~terminated[k:] & ~truncated[k:]
