@@ -124,6 +124,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def _short(filename: str) -> str:
+    """A source file named from its package or the standard library down, not from the disk root."""
+    import re
+
+    return re.sub(r"^.*/(site-packages|python3\.\d+)/", "", filename)
+
+
 def _trace_start() -> None:
     import tracemalloc
 
@@ -142,7 +149,7 @@ def _trace_growth(top: int) -> list[str]:
     total_base = sum(s.size for s in base.statistics("filename"))
     lines = [f"{total_now / 2**20:.1f} MiB ({(total_now - total_base) / 2**20:+.1f} MiB)"]
     for s in stats[:top]:
-        frames = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in list(s.traceback)[:4])
+        frames = " <- ".join(f"{_short(f.filename)}:{f.lineno}" for f in list(s.traceback)[:4])
         lines.append(f"{s.size_diff / 2**20:+.2f} MiB in {s.count_diff:+d} blocks: {frames}")
     tracemalloc.stop()
     return lines
