@@ -6,9 +6,9 @@ policy's log-probabilities of the taken actions (``act``'s extra ``logprob``, as
 learner's current policy pi and those behaviour probabilities mu give the importance ratios that
 V-trace clips (rho_bar, c_bar) to correct for the lag.
 
-One ``learn()`` takes the first ``segments_per_batch`` segments and runs ``update_epochs`` gradient
-steps on them (one, as in the paper, by default), recomputing V-trace with the current network
-before each: one version.
+One ``learn()`` takes the first ``segments_per_batch`` segments and makes ``update_epochs`` passes
+over them, one gradient step per group of envs (``num_minibatches``), recomputing V-trace with the
+current network before each step: one version.
 
 Episode boundaries follow the chunk format (see ``dataflow/chunk.py``): a terminated step does not
 bootstrap; a truncated step bootstraps from the value of the true final observation (frame t+1);
@@ -33,10 +33,10 @@ from tianji_dask.dataflow.chunk import extras
 
 
 class IMPALAConfig(AlgoConfig):
-    """Defaults solve CartPole-v1 with segments of 16 envs x 32 steps, two segments per batch in
-    relaxed mode: two gradient steps per batch at a large learning rate, advantages normalised per
-    batch. Without a trust region some seeds collapse to a deterministic policy; a lower ``lr``
-    is steadier and slower."""
+    """Tuned on CartPole-v1 with segments of 16 envs x 32 steps (two per batch in the relaxed
+    pipeline): two gradient steps per batch at a large learning rate, advantages normalised per
+    batch. Without PPO's clip the return oscillates, and some seeds collapse to a deterministic
+    policy before holding 475; a lower ``lr`` oscillates less and learns more slowly."""
 
     hidden: tuple[int, ...] = (64, 64)
     activation: Literal["relu", "tanh"] = "relu"
@@ -205,7 +205,8 @@ class IMPALA(Algorithm):
         loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
         stats = {
             "pg_loss": pg_loss.detach(), "v_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
-            "rho_mean": b["rho"].mean(), "rho_clipfrac": (b["rho"] > c.rho_clip).float().mean(),
+            # float32 round-off puts on-policy ratios a hair above 1: count only real clipping
+            "rho_mean": b["rho"].mean(), "rho_clipfrac": (b["rho"] > c.rho_clip + 1e-3).float().mean(),
         }
         return loss, stats
 
