@@ -35,7 +35,7 @@ def _run(client, pipeline: str, overrides: dict, tmp: Path) -> dict:
     return {
         "pipeline": pipeline, "mode": r["mode"], "seed": r["seed"], "explorers": r["explorers"],
         "solved": r["solved"], "time_to_solve_s": r["time_to_solve_s"], "wall_s": r["wall_s"],
-        "env_steps": r["env_steps"], "updates": r["updates"],
+        "env_steps": r["env_steps"], "updates": r["updates"], "chunks_dropped": sum(r["chunks_dropped"].values()),
         "staleness_mean": r["staleness_versions"]["mean"], "staleness_p95": r["staleness_versions"]["p95"],
         "window_mean": statistics.fmean(windows) if windows else None,
         "learner_busy": r["learner_busy_fraction"], "error": r["error"],

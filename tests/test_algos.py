@@ -1,4 +1,4 @@
-"""Unit tests of DQN and PPO without Dask: losses, targets and returns against direct
+"""Unit tests of DQN, PPO and IMPALA without Dask: losses, targets and returns against direct
 computations on small hand-made batches."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.algos.dqn import DQN, DQNConfig
+from tianji_dask.algos.impala import IMPALA, IMPALAConfig, vtrace
 from tianji_dask.algos.models import ActorCritic, Adam, QNetwork, clip_grad_norm
 from tianji_dask.algos.ppo import PPO, PPOConfig, gae
 from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
@@ -432,8 +433,173 @@ def test_ppo_learn_on_real_rollouts_improves_the_surrogate():
     assert not algo.ready() and algo.segments == []
 
 
+# ---- IMPALA (V-trace) ---------------------------------------------------------------------------
+def vtrace_by_definition(blogp, tlogp, rewards, values, terminated, truncated, valid, gamma, rho_clip, c_clip, lam):
+    """Espeholt et al. (2018), eq. (1) as a sum, per env and step:
+    v_s = V(x_s) + sum_{t=s}^{e} gamma^(t-s) (prod_{i=s}^{t-1} c_i) rho_t (r_t + gamma V(x_{t+1}) - V(x_t)),
+    where e is the episode's last step in the segment (terminated: V(x_{t+1}) = 0; truncated or
+    the segment's end: V of the next frame). Advantage: rho_s (r_s + gamma v_{s+1} - V(x_s)), with
+    V(x_{s+1}) in place of v_{s+1} at e."""
+    T, N = rewards.shape
+    ratio = np.exp(tlogp.astype(np.float64) - blogp)
+    rho, c = np.minimum(rho_clip, ratio), lam * np.minimum(c_clip, ratio)
+
+    def next_value(t, i):
+        return 0.0 if terminated[t, i] else values[t + 1, i]
+
+    def end(s, i):
+        e = s
+        while e < T - 1 and not (terminated[e, i] or truncated[e, i]):
+            e += 1
+        return e
+
+    def v(s, i):
+        total = values[s, i]
+        for t in range(s, end(s, i) + 1):
+            total += gamma ** (t - s) * np.prod(c[s:t, i]) * rho[t, i] * (
+                rewards[t, i] + gamma * next_value(t, i) - values[t, i])
+        return total
+
+    vs = np.array(values[:T], dtype=np.float64)
+    adv = np.zeros((T, N))
+    for i in range(N):
+        for s in range(T):
+            if not valid[s, i]:
+                continue
+            vs[s, i] = v(s, i)
+            after = v(s + 1, i) if s < end(s, i) else next_value(s, i)
+            adv[s, i] = rho[s, i] * (rewards[s, i] + gamma * (0.0 if terminated[s, i] else after) - values[s, i])
+    return vs, adv
+
+
+def vtrace_case():
+    """Two envs, seven steps. Env 0: normal, normal, terminated, reset (invalid), normal,
+    truncated, reset. Env 1: reset (the segment starts after an episode's end), normal x2,
+    truncated, reset, normal x2 (the last bootstraps from frame 7)."""
+    valid = np.array([[1, 0], [1, 1], [1, 1], [0, 1], [1, 0], [1, 1], [0, 1]], bool)
+    terminated = np.zeros((7, 2), bool)
+    terminated[2, 0] = True
+    truncated = np.zeros((7, 2), bool)
+    truncated[5, 0] = truncated[3, 1] = True
+    rewards = np.array([[1, 0], [2, 1], [3, -1], [0, 2], [1, 0], [-2, 1], [0, 3]], np.float32)
+    values = np.array([[0.5, 9], [1, 2], [-1, 0.5], [7, 1.5], [2, -3], [0, 1], [4, 2], [9, 0.25]], np.float32)
+    target = np.log(np.array([[0.6, 0.5], [0.7, 0.2], [0.5, 0.9], [0.5, 0.5], [0.3, 0.5], [0.8, 0.4], [0.5, 0.6]]))
+    behaviour = np.log(np.array([[0.3, 0.5], [0.8, 0.5], [0.25, 0.6], [0.5, 0.5], [0.6, 0.5], [0.4, 0.8], [0.5, 0.5]]))
+    return (behaviour.astype(np.float32), target.astype(np.float32), rewards, values, terminated, truncated, valid)
+
+
+@pytest.mark.parametrize("rho_clip,c_clip,lam", [(1.0, 1.0, 1.0), (1.0, 0.9, 0.8), (1.5, 1.2, 1.0)])
+def test_vtrace_matches_the_papers_definition(rho_clip, c_clip, lam):
+    case = vtrace_case()
+    blogp, tlogp, rewards, values, terminated, truncated, valid = case
+    ratio = np.exp(tlogp - blogp)[valid]
+    assert np.sum(ratio > max(rho_clip, c_clip)) >= 3 and np.sum(ratio < 1) >= 3  # both clips bite
+    vs, adv = vtrace(*case, gamma=0.9, rho_clip=rho_clip, c_clip=c_clip, lam=lam)
+    expected_vs, expected_adv = vtrace_by_definition(*case, 0.9, rho_clip, c_clip, lam)
+    np.testing.assert_allclose(vs[valid], expected_vs[valid], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(adv, expected_adv, rtol=1e-5, atol=1e-5)
+    assert np.all(adv[~valid] == 0)
+    # by hand, env 0 (rho_bar 1, c_bar 1, lam 1): step 2 terminated, step 5 truncated (V of frame 6)
+    if (rho_clip, c_clip, lam) == (1.0, 1.0, 1.0):
+        np.testing.assert_allclose(vs[5, 0], 0 + 1.0 * (-2 + 0.9 * 4 - 0), rtol=1e-6)  # rho 2, clipped to 1
+        np.testing.assert_allclose(vs[2, 0], -1 + 1.0 * (3 - (-1)), rtol=1e-6)
+        # step 1: rho = c = 0.7/0.8; the trace carries step 2's correction back
+        r1 = 0.7 / 0.8
+        np.testing.assert_allclose(vs[1, 0], 1 + r1 * (2 + 0.9 * -1 - 1) + 0.9 * r1 * (vs[2, 0] - -1), rtol=1e-5)
+
+
+def test_vtrace_on_policy_is_the_n_step_return():
+    chunk = hand_chunk(T=16, N=5, seed=4, done_p=0.3)
+    assert chunk["terminated"].any() and chunk["truncated"].any() and not chunk["valid"].all()
+    T, N = chunk["rewards"].shape
+    values = np.random.default_rng(1).normal(size=(T + 1, N)).astype(np.float32)
+    logp = np.log(np.random.default_rng(2).uniform(0.1, 1, size=(T, N))).astype(np.float32)
+    rewards, terminated, truncated, valid = chunk["rewards"], chunk["terminated"], chunk["truncated"], chunk["valid"]
+    vs, adv = vtrace(logp, logp, rewards, values, terminated, truncated, valid, gamma=0.95)
+    for i in range(N):
+        for s in range(T):
+            if not valid[s, i]:
+                continue
+            ret, t = 0.0, s
+            while True:  # rewards up to the episode's or the segment's end, then its bootstrap
+                ret += 0.95 ** (t - s) * rewards[t, i]
+                if terminated[t, i] or truncated[t, i] or t == T - 1:
+                    break
+                t += 1
+            if not terminated[t, i]:
+                ret += 0.95 ** (t - s + 1) * values[t + 1, i]
+            np.testing.assert_allclose(vs[s, i], ret, rtol=1e-5, atol=1e-5)
+            # on-policy, the advantage is the same return's error: r_s + gamma v_{s+1} - V(x_s)
+            np.testing.assert_allclose(adv[s, i], ret - values[s, i], rtol=1e-5, atol=1e-5)
+
+
+def impala_chunk(algo, seed, policy_version=0, T=8, N=3):
+    chunk = hand_chunk(T=T, N=N, seed=seed, policy_version=policy_version, done_p=0.2)
+    _, ex = algo.act(chunk["obs"][:T].reshape(T * N, 3), {})
+    chunk["extra_logprob"] = ex["logprob"].reshape(T, N)
+    return chunk
+
+
+def test_impala_trains_on_stale_segments_and_drops_only_beyond_max_policy_lag():
+    algo = IMPALA(OBS, ACT, IMPALAConfig(segments_per_batch=2), seed=0)
+    old = impala_chunk(algo, 0)
+    assert algo.accepts(10**6)
+    assert algo.ingest(old, staleness=500) == old["env_steps"] > 0
+    assert not algo.ready()
+    algo.ingest(impala_chunk(algo, 1), staleness=0)
+    assert algo.ready() and algo.chunks_per_update() == 2
+    metrics = algo.learn()
+    assert metrics["segments"] == 2 and metrics["policy_lag_mean"] == 250
+    assert algo.counters() == {"dropped_segments": 0, "late_segments_used": 1, "max_lag_used": 500}
+    bounded = IMPALA(OBS, ACT, IMPALAConfig(max_policy_lag=3), seed=0)
+    assert not bounded.accepts(4) and bounded.ingest(impala_chunk(bounded, 2), staleness=4) == 0
+    assert bounded.ingest(impala_chunk(bounded, 3), staleness=3) > 0
+    assert bounded.counters()["dropped_segments"] == 1
+
+
+def test_impala_loss_uses_vtrace_targets_and_advantages():
+    algo = IMPALA(OBS, ACT, IMPALAConfig(hidden=(), norm_adv=False, ent_coef=0.01, vf_coef=0.5), seed=0)
+    set_linear(algo.net.actor_head, [[0.5, -1.0, 0.0], [0.0, 1.0, 0.5]], [0.1, 0.0])
+    set_linear(algo.net.critic_head, [[1.0, 0.5, -0.5]], [0.2])
+    chunk = impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
+    loss, stats = algo.loss([chunk])
+    T, N = chunk["rewards"].shape
+    x = chunk["obs"].astype(np.float64)
+    logits = x @ np.array([[0.5, -1.0, 0.0], [0.0, 1.0, 0.5]]).T + [0.1, 0.0]
+    logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    values = x @ np.array([1.0, 0.5, -0.5]) + 0.2
+    tlogp = np.take_along_axis(logp_all[:T], chunk["actions"][..., None], -1)[..., 0]
+    valid = chunk["valid"]
+    vs, adv = vtrace_by_definition(chunk["extra_logprob"], tlogp, chunk["rewards"], values, chunk["terminated"],
+                                   chunk["truncated"], valid, 0.99, 1.0, 1.0, 1.0)
+    pg = -np.mean((adv * tlogp)[valid])
+    vl = 0.5 * np.mean(((values[:T] - vs) ** 2)[valid])
+    ent = np.mean(-(np.exp(logp_all[:T]) * logp_all[:T]).sum(-1)[valid])
+    np.testing.assert_allclose(stats["pg_loss"].item(), pg, rtol=1e-4)
+    np.testing.assert_allclose(stats["v_loss"].item(), vl, rtol=1e-4)
+    np.testing.assert_allclose(stats["entropy"].item(), ent, rtol=1e-5)
+    np.testing.assert_allclose(loss.item(), pg - 0.01 * ent + 0.5 * vl, rtol=1e-4)
+
+
+def test_impala_state_dict_round_trip_resumes_identically():
+    a = IMPALA(OBS, ACT, IMPALAConfig(), seed=0)
+    a.ingest(impala_chunk(a, 0), staleness=3)
+    a.learn()
+    state = pickle.loads(pickle.dumps(a.state_dict()))
+    b = IMPALA(OBS, ACT, IMPALAConfig(), seed=7)
+    b.load_state_dict(state)
+    assert b.updates == 1 and b.counters() == a.counters() == {"dropped_segments": 0, "late_segments_used": 1, "max_lag_used": 3}
+    chunk = impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=3), 1)
+    a.ingest(chunk, staleness=0)
+    b.ingest(chunk, staleness=0)
+    assert a.learn() == b.learn()  # same optimiser state and RNG (minibatch shuffles): same step
+    for p, q in zip(a.net.parameters(), b.net.parameters()):
+        assert torch.equal(p, q)
+    assert a.act(chunk["obs"][0], {})[0].tolist() == b.act(chunk["obs"][0], {})[0].tolist()
+
+
 # ---- weights, checkpoints, pickling ------------------------------------------------------------
-@pytest.mark.parametrize("name", ["dqn", "ppo"])
+@pytest.mark.parametrize("name", ["dqn", "ppo", "impala"])
 def test_get_set_weights_round_trip(name):
     a = make_algorithm(name, OBS, ACT, {}, seed=0)
     b = make_algorithm(name, OBS, ACT, {}, seed=1)
@@ -441,7 +607,7 @@ def test_get_set_weights_round_trip(name):
     explore = {"epsilon": 0.0} if name == "dqn" else {"greedy": True}
     w = a.get_weights()
     assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 for v in w.values())
-    if name == "ppo":
+    if name in ("ppo", "impala"):
         assert not any(k.startswith("critic") for k in w)  # explorers don't need the critic
     assert not np.array_equal(a.act(x, explore)[0], b.act(x, explore)[0])
     b.set_weights(w)
@@ -454,7 +620,7 @@ def test_get_set_weights_round_trip(name):
         b.set_weights({k: v for k, v in list(w.items())[1:]})
 
 
-@pytest.mark.parametrize("name", ["dqn", "ppo"])
+@pytest.mark.parametrize("name", ["dqn", "ppo", "impala"])
 def test_pickled_algorithm_acts_with_weights_set_after_unpickling(name):
     a = make_algorithm(name, OBS, ACT, {}, seed=0)
     x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
@@ -552,7 +718,7 @@ def test_adam_matches_the_textbook_update():
     np.testing.assert_allclose(opt2.exp_avg[0].numpy(), m, rtol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["dqn", "ppo"])
+@pytest.mark.parametrize("name", ["dqn", "ppo", "impala"])
 def test_unsupported_spaces_raise(name):
     with pytest.raises(ValueError, match="Discrete"):
         make_algorithm(name, OBS, gym.spaces.Box(-1, 1, (2,)), {})

@@ -7,10 +7,12 @@ from tianji_dask.algos.base import AlgoConfig, Algorithm
 
 def algorithm_registry() -> dict[str, tuple[type[Algorithm], type[AlgoConfig]]]:
     from tianji_dask.algos.dqn import DQN, DQNConfig
+    from tianji_dask.algos.impala import IMPALA, IMPALAConfig
     from tianji_dask.algos.maddpg import MADDPG, MADDPGConfig
     from tianji_dask.algos.ppo import PPO, PPOConfig
 
-    return {"dqn": (DQN, DQNConfig), "maddpg": (MADDPG, MADDPGConfig), "ppo": (PPO, PPOConfig)}
+    return {"dqn": (DQN, DQNConfig), "impala": (IMPALA, IMPALAConfig), "maddpg": (MADDPG, MADDPGConfig),
+            "ppo": (PPO, PPOConfig)}
 
 
 def make_algorithm(name: str, obs_space, action_space, config: AlgoConfig | dict, seed: int = 0) -> Algorithm:

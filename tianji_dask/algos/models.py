@@ -139,6 +139,22 @@ def as_batch(obs) -> np.ndarray:
     return obs.reshape(len(obs), -1)
 
 
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(actions, float32 log-probabilities of those actions) for a batch of categorical logits
+    [B, A]: sampled by inverse CDF, or the most likely action with ``greedy``. Overwrites
+    ``logits``."""
+    logits -= logits.max(axis=1, keepdims=True)
+    logp_all = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    if greedy:
+        actions = logp_all.argmax(axis=1)
+    else:
+        cdf = np.cumsum(np.exp(logp_all), axis=1)
+        u = rng.random((len(logits), 1), dtype=np.float32) * cdf[:, -1:]
+        actions = np.minimum((cdf < u).sum(axis=1), logits.shape[1] - 1)
+    logp = logp_all[np.arange(len(logits)), actions]
+    return actions, logp.astype(np.float32, copy=False)
+
+
 class QNetwork(nn.Module):
     """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
 

@@ -23,7 +23,8 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import (
-    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
+    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, sample_categorical, seeded_init, snapshot,
+    weights_of,
 )
 from tianji_dask.dataflow.chunk import extras
 
@@ -105,17 +106,8 @@ class PPO(Algorithm):
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
         extra ``logprob`` is the behaviour log-probability the clipped ratio needs."""
-        logits = self.net.numpy_logits(obs)
-        logits -= logits.max(axis=1, keepdims=True)
-        logp_all = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-        if explore.get("greedy", False):
-            actions = logp_all.argmax(axis=1)
-        else:  # inverse-CDF sampling
-            cdf = np.cumsum(np.exp(logp_all), axis=1)
-            u = self.rng.random((len(obs), 1), dtype=np.float32) * cdf[:, -1:]
-            actions = np.minimum((cdf < u).sum(axis=1), self.n_actions - 1)
-        logp = logp_all[np.arange(len(obs)), actions]
-        return actions, {"logprob": logp.astype(np.float32, copy=False)}
+        actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, explore.get("greedy", False))
+        return actions, {"logprob": logp}
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return weights_of(self.net, self.actor_keys)

@@ -1,0 +1,278 @@
+"""IMPALA's actor-critic with V-trace off-policy correction (Espeholt et al. 2018, arXiv:1802.01561).
+
+Learning is asynchronous: chunks ("segments") are trained on as they arrive, however many versions
+old their behaviour policy is (unless ``max_policy_lag`` is set). Each chunk carries the behaviour
+policy's log-probabilities of the taken actions (``act``'s extra ``logprob``, as for PPO); the
+learner's current policy pi and those behaviour probabilities mu give the importance ratios that
+V-trace clips (rho_bar, c_bar) to correct for the lag.
+
+One ``learn()`` takes the first ``segments_per_batch`` segments and makes ``update_epochs`` passes
+over them, one gradient step per group of envs (``num_minibatches``), recomputing V-trace with the
+current network before each step: one version.
+
+Episode boundaries follow the chunk format (see ``dataflow/chunk.py``): a terminated step does not
+bootstrap; a truncated step bootstraps from the value of the true final observation (frame t+1);
+the segment's last step bootstraps from frame T; the autoreset step after an episode's end is
+invalid: it gets no target and no loss.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.models import (
+    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, sample_categorical, seeded_init, snapshot,
+    weights_of,
+)
+from tianji_dask.dataflow.chunk import extras
+
+
+class IMPALAConfig(AlgoConfig):
+    """Tuned on CartPole-v1 with segments of 16 envs x 32 steps (two per batch in the relaxed
+    pipeline): two gradient steps per batch, advantages normalised per batch. Without PPO's clip
+    the return oscillates; at lr 1e-3 and above some seeds collapse to a deterministic policy, so
+    the default is 5e-4: steadier, and slower than PPO."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    activation: Literal["relu", "tanh"] = "relu"
+    shared_trunk: bool = False
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    #: V-trace's lambda: trace cutting on top of c_bar (1: the paper's default)
+    lam: float = Field(1.0, ge=0.0, le=1.0)
+    #: rho_bar: clips the importance weight of the TD error and of the policy gradient
+    rho_clip: float = Field(1.0, gt=0.0)
+    #: c_bar: clips the trace coefficients (how far a correction propagates back in time)
+    c_clip: float = Field(1.0, gt=0.0)
+    lr: float = Field(5e-4, gt=0.0)
+    adam_eps: float = Field(1e-5, gt=0.0)
+    #: chunks (segments) per batch: one learn() trains on exactly this many
+    segments_per_batch: int = Field(1, ge=1)
+    #: passes over the batch; each pass shuffles the envs into ``num_minibatches`` groups and
+    #: takes one gradient step per group, with V-trace recomputed under the current policy
+    update_epochs: int = Field(2, ge=1)
+    #: groups of envs (whole time series: V-trace runs along time) per pass
+    num_minibatches: int = Field(1, ge=1)
+    #: scale policy-gradient advantages to unit variance per batch (not in the paper: it makes
+    #: the step size independent of the reward scale)
+    norm_adv: bool = True
+    ent_coef: float = Field(0.01, ge=0.0)
+    vf_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    #: segments from a policy more than this many versions old are dropped; None: V-trace
+    #: corrects any lag, nothing is dropped
+    max_policy_lag: int | None = Field(None, ge=0)
+
+
+def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, rewards: np.ndarray, values: np.ndarray,
+           terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray, gamma: float,
+           rho_clip: float = 1.0, c_clip: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """V-trace targets v_s and policy-gradient advantages for one segment of [T, N] steps.
+
+    ``values`` [T+1, N] holds V(obs[t]) for every frame, so V(obs[t+1]) is the bootstrap value
+    after a truncation (the true final observation) and after the segment's last step. With
+    rho_t = min(rho_clip, pi/mu), c_t = lam min(c_clip, pi/mu) and
+    delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t)), the paper's recursion is
+    v_t = V(x_t) + delta_t + gamma c_t (v_{t+1} - V(x_{t+1})), cut at an episode's end and at
+    the segment's end. The advantage is rho_t (r_t + gamma v_{t+1} - V(x_t)), with v_{t+1}
+    replaced by V(x_{t+1}) where the recursion is cut. Terminated steps do not bootstrap.
+    Invalid (autoreset) steps get v_t = V(x_t) and advantage 0.
+    """
+    T = rewards.shape[0]
+    ratio = np.exp(target_logp - behaviour_logp)
+    rho = np.minimum(rho_clip, ratio)
+    c = lam * np.minimum(c_clip, ratio)
+    discount = gamma * (1.0 - terminated.astype(np.float32))
+    cont = 1.0 - (terminated | truncated).astype(np.float32)  # step t+1 belongs to the same episode
+    vs = np.zeros_like(rewards, dtype=np.float32)
+    advantages = np.zeros_like(rewards, dtype=np.float32)
+    later = np.zeros(rewards.shape[1:], dtype=np.float32)  # v_{t+1} - V(x_{t+1})
+    for t in reversed(range(T)):
+        carry = cont[t] * later if t + 1 < T else 0.0  # 0 where the recursion is cut
+        delta = rho[t] * (rewards[t] + discount[t] * values[t + 1] - values[t])
+        advantages[t] = np.where(valid[t], rho[t] * (rewards[t] + discount[t] * (values[t + 1] + carry) - values[t]), 0.0)
+        later = np.where(valid[t], delta + gamma * c[t] * carry, 0.0).astype(np.float32)
+        vs[t] = values[t] + later
+    return vs.astype(np.float32), advantages.astype(np.float32)
+
+
+def _env_columns(segment: dict, envs: np.ndarray) -> dict:
+    """The [T, ...] time series of some of a segment's envs (a view-like copy of the arrays)."""
+    return {k: v[:, envs] for k, v in segment.items() if isinstance(v, np.ndarray) and k != "episodes"}
+
+
+class IMPALA(Algorithm):
+    on_policy = True  # consumed as updates take them, so staleness is measured at training time
+
+    def __init__(self, obs_space, action_space, config: IMPALAConfig, seed: int = 0):
+        super().__init__(obs_space, action_space, config, seed)
+        c = config
+        obs_dim, self.n_actions = check_spaces(obs_space, action_space, "IMPALA")
+        self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
+        # what explorers need to act: everything but the critic
+        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith(("critic_trunk", "critic_head"))]
+        self.optimizer = None  # learner side only: made on first learn()
+        self.rng = np.random.default_rng(seed)
+        self.segments: list[dict] = []  # collected for the next batch, in arrival order
+        self.segment_versions: list[int] = []
+        self.updates = 0
+        self.dropped_segments = 0  # beyond max_policy_lag
+        self.late_segments_used = 0  # trained on at staleness >= 1, under V-trace's correction
+        self.max_lag_used = 0  # the largest policy lag trained on
+        self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
+
+    # ---- explorer side -------------------------------------------------------------------
+    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
+        extra ``logprob`` is the behaviour log-probability mu that V-trace's ratios need."""
+        actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, explore.get("greedy", False))
+        return actions, {"logprob": logp}
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return weights_of(self.net, self.actor_keys)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.net, weights, self.actor_keys)
+
+    # ---- learner side --------------------------------------------------------------------
+    def accepts(self, staleness: int) -> bool:
+        return self.config.max_policy_lag is None or staleness <= self.config.max_policy_lag
+
+    def ingest(self, chunk: dict, staleness: int) -> int:
+        if not self.accepts(staleness):
+            self.dropped_segments += 1
+            return 0
+        if "logprob" not in extras(chunk):
+            raise ValueError("IMPALA: chunk has no extra_logprob (was it collected by IMPALA.act?)")
+        self.segments.append(chunk)
+        self.segment_versions.append(self.updates - staleness)  # behaviour version, our counting
+        self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
+        return int(chunk["env_steps"])
+
+    def ready(self) -> bool:
+        return len(self.segments) >= self.config.segments_per_batch
+
+    def chunks_per_update(self) -> int:
+        """Chunks one update needs: segments_per_batch."""
+        return self.config.segments_per_batch
+
+    def samples_per_update(self) -> int:
+        """Env steps one batch holds at most (segments_per_batch before any chunk has arrived)."""
+        return self.config.segments_per_batch * max(1, self._steps_per_segment)
+
+    def _make_optimizer(self) -> None:
+        self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)
+        self.params = list(self.net.parameters())
+
+    def loss(self, segments: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The IMPALA loss over the valid steps of ``segments``: policy gradient with V-trace
+        advantages + vf_coef x squared error to the V-trace targets - ent_coef x entropy.
+        Returns (loss, detached statistics)."""
+        c = self.config
+        parts: dict[str, list] = {k: [] for k in ("logp", "entropy", "value", "vs", "adv", "rho")}
+        for seg in segments:
+            T, N = seg["rewards"].shape
+            valid = seg["valid"]
+            obs = torch.as_tensor(seg["obs"], dtype=torch.float32).reshape((T + 1) * N, -1)
+            logits, values = self.net(obs)
+            logp_all = torch.log_softmax(logits[: T * N], dim=1)
+            actions = torch.as_tensor(seg["actions"], dtype=torch.long).reshape(-1, 1)
+            target_logp = logp_all.gather(1, actions).reshape(T, N)
+            entropy = -(logp_all.exp() * logp_all).sum(1).reshape(T, N)
+            behaviour_logp = extras(seg)["logprob"]
+            vs, adv = vtrace(behaviour_logp, target_logp.detach().numpy(), seg["rewards"],
+                             values.detach().numpy().reshape(T + 1, N), seg["terminated"], seg["truncated"], valid,
+                             c.gamma, c.rho_clip, c.c_clip, c.lam)
+            mask = torch.from_numpy(valid)
+            parts["logp"].append(target_logp[mask])
+            parts["entropy"].append(entropy[mask])
+            parts["value"].append(values[: T * N].reshape(T, N)[mask])
+            parts["vs"].append(torch.from_numpy(vs[valid]))
+            parts["adv"].append(torch.from_numpy(adv[valid]))
+            parts["rho"].append(torch.from_numpy(np.exp(target_logp.detach().numpy() - behaviour_logp)[valid]))
+        b = {k: torch.cat(v) for k, v in parts.items()}
+
+        adv = b["adv"]
+        if c.norm_adv and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = -(adv * b["logp"]).mean()
+        v_loss = 0.5 * ((b["value"] - b["vs"]) ** 2).mean()
+        entropy_loss = b["entropy"].mean()
+        loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
+        stats = {
+            "pg_loss": pg_loss.detach(), "v_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
+            # float32 round-off puts on-policy ratios a hair above 1: count only real clipping
+            "rho_mean": b["rho"].mean(), "rho_clipfrac": (b["rho"] > c.rho_clip + 1e-3).float().mean(),
+        }
+        return loss, stats
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        if self.optimizer is None:
+            self._make_optimizer()
+        n_seg = c.segments_per_batch
+        segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
+        lags = [self.updates - v for v in self.segment_versions[:n_seg]]
+        self.segment_versions = self.segment_versions[n_seg:]
+        self.late_segments_used += sum(1 for lag in lags if lag > 0)
+        self.max_lag_used = max([self.max_lag_used, *lags])
+        n_mb = min(c.num_minibatches, *(seg["rewards"].shape[1] for seg in segments))
+        for _ in range(c.update_epochs):
+            # minibatch i: the i-th group of every segment's shuffled envs
+            groups = [np.array_split(self.rng.permutation(seg["rewards"].shape[1]), n_mb) for seg in segments]
+            for i in range(n_mb):
+                loss, stats = self.loss([_env_columns(seg, g[i]) for seg, g in zip(segments, groups)])
+                self.optimizer.zero_grad()
+                loss.backward()
+                if c.max_grad_norm is not None:
+                    clip_grad_norm(self.params, c.max_grad_norm)
+                self.optimizer.step()
+        self.updates += 1
+        self._drop_stale()
+        B = sum(int(s["env_steps"]) for s in segments)
+        metrics = {k: float(v) for k, v in stats.items()}  # of the last gradient step
+        metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B), segments=float(len(segments)),
+                       policy_lag_mean=float(np.mean(lags)), dropped_segments=float(self.dropped_segments))
+        return metrics
+
+    def _drop_stale(self) -> None:
+        """Segments left over for the next batch age by one version per update."""
+        if self.config.max_policy_lag is None:
+            return
+        keep = [self.updates - v <= self.config.max_policy_lag for v in self.segment_versions]
+        self.dropped_segments += keep.count(False)
+        self.segments = [s for s, k in zip(self.segments, keep) if k]
+        self.segment_versions = [v for v, k in zip(self.segment_versions, keep) if k]
+
+    def counters(self) -> dict[str, int]:
+        return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
+                "max_lag_used": self.max_lag_used}
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Network, optimizer, counters and RNG. Segments collected for the next batch are not
+        saved: a resumed run gathers fresh ones."""
+        if self.optimizer is None:
+            self._make_optimizer()
+        return {
+            "net": snapshot(self.net),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "counters": self.counters(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self._make_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.dropped_segments = int(state["counters"]["dropped_segments"])
+        self.late_segments_used = int(state["counters"]["late_segments_used"])
+        self.max_lag_used = int(state["counters"]["max_lag_used"])
+        self.rng.bit_generator.state = state["rng"]
+        self.segments, self.segment_versions = [], []
