@@ -63,6 +63,9 @@ class IMPALAConfig(AlgoConfig):
     ent_coef: float = Field(0.01, ge=0.0)
     vf_coef: float = Field(0.5, ge=0.0)
     max_grad_norm: float | None = Field(0.5, gt=0.0)
+    #: APPO: the policy term becomes PPO's clipped surrogate on the ratio pi/mu to the behaviour
+    #: policy, with V-trace's advantages; None: IMPALA's plain importance-weighted policy gradient
+    clip_coef: float | None = Field(None, gt=0.0)
     #: segments from a policy more than this many versions old are dropped; None: V-trace
     #: corrects any lag, nothing is dropped
     max_policy_lag: int | None = Field(None, ge=0)
@@ -107,6 +110,7 @@ def _env_columns(segment: dict, envs: np.ndarray) -> dict:
 
 class IMPALA(Algorithm):
     on_policy = True  # consumed as updates take them, so staleness is measured at training time
+    device_types = ("cpu", "cuda")
 
     def __init__(self, obs_space, action_space, config: IMPALAConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
@@ -114,7 +118,7 @@ class IMPALA(Algorithm):
         obs_dim, self.n_actions = check_spaces(obs_space, action_space, "IMPALA")
         self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
         # what explorers need to act: everything but the critic
-        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith(("critic_trunk", "critic_head"))]
+        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith("critic_")]
         self.optimizer = None  # learner side only: made on first learn()
         self.rng = np.random.default_rng(seed)
         self.segments: list[dict] = []  # collected for the next batch, in arrival order
@@ -173,33 +177,42 @@ class IMPALA(Algorithm):
         advantages + vf_coef x squared error to the V-trace targets - ent_coef x entropy.
         Returns (loss, detached statistics)."""
         c = self.config
-        parts: dict[str, list] = {k: [] for k in ("logp", "entropy", "value", "vs", "adv", "rho")}
+        parts: dict[str, list] = {k: [] for k in ("logp", "behaviour_logp", "entropy", "value", "vs", "adv", "rho")}
         for seg in segments:
             T, N = seg["rewards"].shape
             valid = seg["valid"]
-            obs = torch.as_tensor(seg["obs"], dtype=torch.float32).reshape((T + 1) * N, -1)
+            obs = torch.as_tensor(seg["obs"]).to(self.device).reshape((T + 1) * N, -1)
             logits, values = self.net(obs)
             logp_all = torch.log_softmax(logits[: T * N], dim=1)
-            actions = torch.as_tensor(seg["actions"], dtype=torch.long).reshape(-1, 1)
+            actions = torch.as_tensor(seg["actions"], dtype=torch.long).to(self.device).reshape(-1, 1)
             target_logp = logp_all.gather(1, actions).reshape(T, N)
             entropy = -(logp_all.exp() * logp_all).sum(1).reshape(T, N)
             behaviour_logp = extras(seg)["logprob"]
-            vs, adv = vtrace(behaviour_logp, target_logp.detach().numpy(), seg["rewards"],
-                             values.detach().numpy().reshape(T + 1, N), seg["terminated"], seg["truncated"], valid,
+            target_logp_np = target_logp.detach().cpu().numpy()
+            vs, adv = vtrace(behaviour_logp, target_logp_np, seg["rewards"],
+                             values.detach().cpu().numpy().reshape(T + 1, N), seg["terminated"], seg["truncated"], valid,
                              c.gamma, c.rho_clip, c.c_clip, c.lam)
-            mask = torch.from_numpy(valid)
+            ratio = np.exp(target_logp_np - behaviour_logp)
+            if c.clip_coef is not None:  # the surrogate's ratio does the importance weighting
+                adv = adv / np.minimum(c.rho_clip, ratio)
+            mask = torch.from_numpy(valid).to(self.device)
             parts["logp"].append(target_logp[mask])
+            parts["behaviour_logp"].append(torch.from_numpy(behaviour_logp[valid]).to(self.device))
             parts["entropy"].append(entropy[mask])
             parts["value"].append(values[: T * N].reshape(T, N)[mask])
-            parts["vs"].append(torch.from_numpy(vs[valid]))
-            parts["adv"].append(torch.from_numpy(adv[valid]))
-            parts["rho"].append(torch.from_numpy(np.exp(target_logp.detach().numpy() - behaviour_logp)[valid]))
+            parts["vs"].append(torch.from_numpy(vs[valid]).to(self.device))
+            parts["adv"].append(torch.from_numpy(adv[valid]).to(self.device))
+            parts["rho"].append(torch.from_numpy(ratio[valid]).to(self.device))
         b = {k: torch.cat(v) for k, v in parts.items()}
 
         adv = b["adv"]
         if c.norm_adv and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = -(adv * b["logp"]).mean()
+        if c.clip_coef is None:
+            pg_loss = -(adv * b["logp"]).mean()
+        else:  # APPO: PPO's clipped surrogate against the behaviour policy
+            ratio = (b["logp"] - b["behaviour_logp"]).exp()
+            pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)).mean()
         v_loss = 0.5 * ((b["value"] - b["vs"]) ** 2).mean()
         entropy_loss = b["entropy"].mean()
         loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
