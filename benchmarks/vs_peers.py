@@ -274,6 +274,8 @@ def render_markdown(doc: dict) -> str:
         out += [f"- {r['task']} {r['system']} seed {r['seed']}: `{r['error'].strip().splitlines()[-1][:300]}`"
                 for r in errors]
         out.append("")
+    if meta.get("run_notes"):
+        out += ["## Notes on this run", ""] + [f"- {n}" for n in meta["run_notes"]] + [""]
     if meta.get("versions"):
         out += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in sorted(meta["versions"].items())), ""]
     if meta.get("notes"):
@@ -367,6 +369,9 @@ def cmd_report(args) -> int:
     doc = json.loads(Path(args.json).read_text())
     for run in doc["runs"]:
         run["error"] = _clean(run.get("error"))
+    for note in args.note:
+        if note not in doc["meta"].setdefault("run_notes", []):
+            doc["meta"]["run_notes"].append(note)
     Path(args.json).write_text(json.dumps(doc, indent=1))
     md = Path(args.json).with_suffix(".md")
     md.write_text(render_markdown(doc))
@@ -570,6 +575,7 @@ def main(argv=None) -> int:
                    help="torch threads per peer process (tianji_dask's roles use 1 each); 0: library default")
     r = sub.add_parser("report", help="rebuild the markdown from a solve JSON")
     r.add_argument("json")
+    r.add_argument("--note", action="append", default=[], help="add a note on the measured runs to the markdown")
     t = sub.add_parser("transfer", help="chunk bandwidth through Dask vs raw loopback TCP")
     t.add_argument("--sizes-mib", nargs="+", type=float, default=[1, 4, 16, 64])
     t.add_argument("--repeats", type=int, default=5)
