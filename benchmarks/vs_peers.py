@@ -268,6 +268,24 @@ def render_markdown(doc: dict) -> str:
             "above 1 means tianji_dask is faster. Per-seed ratio: the median over seeds of the same ratio "
             "taken run by run (both solved). Learner busy and env steps/s come from tianji_dask's own "
             "results (`results.json`); the peers do not report them.", ""]
+    rl = [r for r in runs if r["system"] == "rllib" and r.get("rllib_iterations")]
+    if rl:
+        out += ["## RLlib's own metric", "",
+                "`env_runners/episode_return_mean` as RLlib reports it after each `train()` iteration, next to the "
+                "mean of the last 100 training episodes from the callback (the rule above). RLlib's metric is "
+                "smoothed its own way and is not the same number; it is recorded, not used.", "",
+                "| task | seed | RLlib metric first ≥ target (s from build) | RLlib metric at the end | last-100 mean at the end | "
+                "time-to-solve (rule above) |", "|---|---|---|---|---|---|"]
+        for r in rl:
+            target = TASKS[r["task"]][2]
+            its = r["rllib_iterations"]
+            hit = next((i["t"] for i in its if (i.get("episode_return_mean") or float("-inf")) >= target), None)
+            last = its[-1].get("episode_return_mean")
+            out.append(f"| {r['task']} | {r['seed']} | {'never' if hit is None else format(hit, '.1f')} | "
+                       f"{'–' if last is None else format(last, '.1f')} | "
+                       f"{'–' if r.get('final_mean_return') is None else format(r['final_mean_return'], '.1f')} | "
+                       f"{format(r['time_to_solve_s'], '.1f') if r['solved'] else 'unsolved'} |")
+        out.append("")
     errors = [r for r in runs if r.get("error")]
     if errors:
         out += ["## Errors", ""]
