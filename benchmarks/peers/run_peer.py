@@ -1,0 +1,273 @@
+"""One peer training run (RLlib or Stable-Baselines3), run by benchmarks/vs_peers.py in the peers'
+own virtual environment (benchmarks/peers/setup); never imported by the project.
+
+    python benchmarks/peers/run_peer.py --system rllib|sb3 --task cartpole_ppo --seed 0
+                                        --max-seconds 300 --out run.json
+
+Every training episode's return and end time is recorded (RLlib: an ``on_episode_end`` callback
+in each env runner appends to a file; SB3: ``Monitor`` episode infos read by a callback), and the
+time-to-solve follows the project's rule: pool every training episode, sort by end time, first end
+time at which the mean of the last 100 returns reaches the target. Time counts from the moment the
+algorithm object is built. The run stops when solved or when ``--max-seconds`` have passed since
+then (checked between training iterations, so a run may overrun by one iteration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+T_PROCESS = time.time()  # close to process start: nothing heavy is imported above
+
+TASKS = {
+    "cartpole_ppo": ("CartPole-v1", "ppo", 475.0),
+    "cartpole_dqn": ("CartPole-v1", "dqn", 475.0),
+    "lunarlander_ppo": ("LunarLander-v3", "ppo", 200.0),
+    "lunarlander_dqn": ("LunarLander-v3", "dqn", 200.0),
+}
+WINDOW = 100
+
+
+def time_to_solve(episodes: list[tuple[float, float]], target: float, window: int = WINDOW) -> float | None:
+    """The absolute end time of the first episode at which the running mean of the last
+    ``window`` returns (episodes pooled and sorted by end time) is >= ``target``; None if never."""
+    eps = sorted(episodes)
+    total = 0.0
+    for i, (t_end, ret) in enumerate(eps):
+        total += ret
+        if i >= window:
+            total -= eps[i - window][1]
+        if i >= window - 1 and total / window >= target:
+            return t_end
+    return None
+
+
+def running_mean(episodes, window: int = WINDOW) -> float | None:
+    eps = sorted(episodes)[-window:]
+    return sum(r for _, r in eps) / len(eps) if eps else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Stable-Baselines3 with RL-Zoo hyperparameters (hyperparams/ppo.yml and dqn.yml; LunarLander-v3
+# uses the zoo's LunarLander entries). The zoo's schedules (linear learning rate and clip range,
+# DQN's exploration fraction) are defined over its n_timesteps; here they follow the zoo over those
+# n_timesteps and then hold their final value, so a run can go on until it solves or its time runs
+# out without stretching the tuned schedule.
+
+SB3_ZOO = {
+    "cartpole_ppo": dict(n_timesteps=1e5, n_envs=8, kwargs=dict(
+        n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0),
+        lin={"learning_rate": 0.001, "clip_range": 0.2}),
+    "cartpole_dqn": dict(n_timesteps=5e4, n_envs=1, kwargs=dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+        target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+        exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))),
+    "lunarlander_ppo": dict(n_timesteps=1e6, n_envs=16, kwargs=dict(
+        n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01)),
+    "lunarlander_dqn": dict(n_timesteps=1e5, n_envs=1, kwargs=dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+        target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+        exploration_final_eps=0.1, policy_kwargs=dict(net_arch=[256, 256]))),
+}
+SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
+
+
+def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env_id, algo, target = TASKS[task]
+    zoo = SB3_ZOO[task]
+    kwargs = dict(zoo["kwargs"])
+    horizon = SB3_MAX_STEPS
+    frac = zoo["n_timesteps"] / horizon  # the zoo's schedule length as a fraction of learn()'s
+
+    def zoo_linear(start: float):
+        # SB3 passes progress_remaining = 1 - num_timesteps / horizon
+        return lambda progress_remaining: start * max(0.0, 1.0 - (1.0 - progress_remaining) / frac)
+
+    for name, start in zoo.get("lin", {}).items():
+        kwargs[name] = zoo_linear(start)
+    if "exploration_fraction" in kwargs:
+        kwargs["exploration_fraction"] *= frac
+    env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed)  # each env wrapped in Monitor
+    cls = {"ppo": sb3.PPO, "dqn": sb3.DQN}[algo]
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    t_built = time.time()
+    record.update(t_built=t_built, config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
+                                          **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
+    episodes: list[tuple[float, float]] = record["episodes"]
+
+    class Watch(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", []):
+                ep = info.get("episode")
+                if ep is not None:
+                    episodes.append((time.time(), float(ep["r"])))
+            now = time.time()
+            if time_to_solve(episodes[-WINDOW:], target) is not None:
+                record["stop_reason"] = "solved"
+                return False
+            if now - t_built >= max_seconds:
+                record["stop_reason"] = "max_seconds"
+                return False
+            return True
+
+    model.learn(total_timesteps=horizon, callback=Watch())
+    record["env_steps"] = int(model.num_timesteps)
+    env.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# RLlib, new API stack, with the settings of its own tuned examples (rllib/tuned_examples/ppo/
+# cartpole_ppo.py and dqn/cartpole_dqn.py). RLlib has no tuned PPO/DQN example for LunarLander:
+# its default PPO/DQN configs are used there. The PPO example's evaluation runner (greedy
+# evaluation in parallel) is left out: time-to-solve here is on training episodes.
+
+def rllib_config(task: str, seed: int):
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    env_id, algo, _ = TASKS[task]
+    if task == "cartpole_ppo":
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        return (PPOConfig().environment("CartPole-v1")
+                .training(gamma=0.99, lr=0.0003, num_epochs=6, vf_loss_coeff=0.01, use_kl_loss=True)
+                .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
+                                                           vf_share_layers=True)))
+    if task == "cartpole_dqn":
+        from ray.rllib.algorithms.dqn import DQNConfig
+
+        return (DQNConfig().environment("CartPole-v1")
+                .training(lr=0.0005, train_batch_size_per_learner=32,
+                          replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 50000,
+                                                "alpha": 0.6, "beta": 0.4},
+                          n_step=(2, 5), double_q=True, dueling=True, epsilon=[(0, 1.0), (10000, 0.02)])
+                .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[256], fcnet_activation="tanh",
+                                                           fcnet_bias_initializer="zeros_",
+                                                           head_fcnet_bias_initializer="zeros_",
+                                                           head_fcnet_hiddens=[256])))
+    if task == "lunarlander_ppo":
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        return PPOConfig().environment("LunarLander-v3")
+    if task == "lunarlander_dqn":
+        from ray.rllib.algorithms.dqn import DQNConfig
+
+        return DQNConfig().environment("LunarLander-v3")
+    raise KeyError(task)
+
+
+EPISODE_LOG_ENV = "PEER_EPISODE_LOG"
+
+
+def _on_episode_end(*, episode, prev_episode_chunks=None, **kwargs) -> None:
+    # an episode that spanned several sample() calls arrives as its last chunk plus the earlier ones
+    ret = float(episode.get_return()) + sum(float(c.get_return()) for c in prev_episode_chunks or [])
+    path = os.environ.get(EPISODE_LOG_ENV)
+    if path:
+        with open(path, "a") as fh:  # one short line per write, appended: safe across processes
+            fh.write(f"{time.time():.6f} {ret}\n")
+
+
+def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
+    log = Path(tempfile.mkdtemp(prefix="rllib-episodes-")) / "episodes.txt"
+    log.touch()
+    os.environ[EPISODE_LOG_ENV] = str(log)  # env runner processes inherit it from ray.init's raylet
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {EPISODE_LOG_ENV: str(log)}})
+    _, _, target = TASKS[task]
+    config = rllib_config(task, seed).debugging(seed=seed).callbacks(on_episode_end=_on_episode_end)
+    record["config"] = {k: repr(v) for k, v in sorted(config.to_dict().items())
+                        if k in ("lr", "num_epochs", "vf_loss_coeff", "train_batch_size_per_learner", "minibatch_size",
+                                 "num_env_runners", "num_envs_per_env_runner", "n_step", "double_q", "dueling",
+                                 "epsilon", "replay_buffer_config", "gamma", "model_config", "num_learners",
+                                 "metrics_num_episodes_for_smoothing")}
+    algo = config.build_algo()
+    t_built = time.time()
+    record["t_built"] = t_built
+    episodes: list[tuple[float, float]] = record["episodes"]
+    iters = record.setdefault("rllib_iterations", [])
+    offset = 0
+    try:
+        while True:
+            result = algo.train()
+            with open(log) as fh:
+                fh.seek(offset)
+                text = fh.read()
+            complete = text[: text.rfind("\n") + 1]
+            offset += len(complete)
+            for line in complete.splitlines():
+                t, r = line.split()
+                episodes.append((float(t), float(r)))
+            er = result.get("env_runners", {})
+            iters.append({"t": time.time() - t_built, "episode_return_mean": er.get("episode_return_mean"),
+                          "num_env_steps_sampled_lifetime": er.get("num_env_steps_sampled_lifetime",
+                                                                    result.get("num_env_steps_sampled_lifetime"))})
+            record["env_steps"] = iters[-1]["num_env_steps_sampled_lifetime"]
+            if time_to_solve(episodes, target) is not None:
+                record["stop_reason"] = "solved"
+                break
+            if time.time() - t_built >= max_seconds:
+                record["stop_reason"] = "max_seconds"
+                break
+    finally:
+        algo.stop()
+        ray.shutdown()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3"])
+    p.add_argument("--task", required=True, choices=sorted(TASKS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seconds", type=float, default=300)
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (tianji_dask's learner and explorers use 1); 0: the library default")
+    args = p.parse_args(argv)
+    if args.threads:
+        # before torch loads; Ray's workers inherit the environment. On a small, shared machine more
+        # threads than free cores make every op spin-wait (measured here: 40x slower updates).
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(args.threads)
+        import torch
+
+        torch.set_num_threads(args.threads)
+    env_id, algo, target = TASKS[args.task]
+    record = {"system": args.system, "task": args.task, "env_id": env_id, "algo": algo, "seed": args.seed,
+              "target_return": target, "max_seconds": args.max_seconds, "t_process": T_PROCESS, "threads": args.threads,
+              "episodes": [], "stop_reason": None, "env_steps": None, "error": None}
+    try:
+        (run_rllib if args.system == "rllib" else run_sb3)(args.task, args.seed, args.max_seconds, record)
+        import importlib.metadata as md
+
+        record["versions"] = {d: md.version(d) for d in ("ray", "stable-baselines3", "torch", "gymnasium")}
+    except BaseException:  # noqa: BLE001 - reported in the record
+        record["error"] = traceback.format_exc()
+    t_end = time.time()
+    t_built = record.get("t_built")
+    solved_at = time_to_solve(record["episodes"], target)
+    record.update(
+        solved=solved_at is not None,
+        time_to_solve_s=None if solved_at is None or t_built is None else solved_at - t_built,
+        t_solved=solved_at,
+        wall_s=None if t_built is None else t_end - t_built,
+        t_end=t_end,
+        final_mean_return=running_mean(record["episodes"]),
+        num_episodes=len(record["episodes"]),
+    )
+    Path(args.out).write_text(json.dumps(record))
+    return 1 if record["error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

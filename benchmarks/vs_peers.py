@@ -1,0 +1,615 @@
+"""tianji_dask against its peers (RLlib, Stable-Baselines3) on the same tasks, side by side.
+
+    python benchmarks/vs_peers.py solve [--tasks cartpole_ppo cartpole_dqn] [--systems tianji rllib sb3]
+                                        [--seeds 3] [--max-seconds 300] [--out docs/vs_peers] [--append]
+    python benchmarks/vs_peers.py report docs/vs_peers.json        # rebuild the markdown from the JSON
+    python benchmarks/vs_peers.py transfer [--sizes-mib 1 4 16 64] [--repeats 5] [--out docs/vs_peers_transfer]
+    python benchmarks/vs_peers.py scaling [--explorers 1 2] [--pipeline cartpole_ppo] [--seconds 30]
+                                          [--out docs/vs_peers_scaling]
+
+``solve``: every run is a fresh process, and runs alternate systems seed by seed (the system order
+also rotates from one seed to the next), so neighbouring runs share the machine's noise. Systems:
+
+- ``tianji`` (relaxed), ``tianji-lockstep``, ``tianji-single``: ``tianji-dask train TASK --mode ...``
+  with the bundled pipeline;
+- ``rllib``, ``sb3``: ``benchmarks/peers/run_peer.py`` in the peers' own virtual environment
+  (``benchmarks/peers/setup`` creates ``.peers-venv``; ``--peers-python`` points elsewhere).
+
+Time-to-solve is measured the same way for every system: every training episode's return and end
+time is recorded, episodes are pooled and sorted by end time, and the run is solved at the first
+end time at which the mean of the last 100 returns reaches the target. The clock starts when the
+system is built (tianji_dask: cluster up and learner built; RLlib: ``build_algo()`` returned; SB3:
+the model constructed). "From launch" counts from the moment the harness started the process.
+An unsolved run is kept and reported with its budget as a lower bound. The JSON holds every run;
+the markdown the medians and the ratios peer time ÷ tianji time (relaxed).
+
+``transfer``: bandwidth of sample chunks (>= 1 MiB) moved worker to worker by Dask, against a plain
+TCP socket pair on the loopback interface measured in the same invocation.
+``scaling``: env steps/s produced by a run with 1, 2, ... explorers (no target, fixed seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_RUNNER = ROOT / "benchmarks" / "peers" / "run_peer.py"
+DEFAULT_PEERS_PYTHON = ROOT / ".peers-venv" / "bin" / "python"
+
+TASKS = {  # task -> (env id, algorithm, target); the task name is also the bundled pipeline's name
+    "cartpole_ppo": ("CartPole-v1", "ppo", 475.0),
+    "cartpole_dqn": ("CartPole-v1", "dqn", 475.0),
+    "lunarlander_ppo": ("LunarLander-v3", "ppo", 200.0),
+    "lunarlander_dqn": ("LunarLander-v3", "dqn", 200.0),
+}
+OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
+PEERS = ("rllib", "sb3")
+SYSTEMS = (*OURS, *PEERS)
+REFERENCE = "tianji"
+#: the columns of every run in the JSON (and what the CI smoke test checks)
+RUN_FIELDS = (
+    "system", "task", "seed", "solved", "time_to_solve_s", "time_to_solve_from_launch_s", "max_seconds",
+    "wall_s", "process_wall_s", "env_steps", "episodes", "final_mean_return", "stop_reason",
+    "learner_busy_fraction", "env_steps_per_s", "samples_per_s_consumed", "error",
+)
+#: a run that outlives its budget by this much (startup, teardown, one last iteration) is killed
+GRACE_S = 240
+
+
+# ---------------------------------------------------------------------------------------------
+# one run
+
+def _clean(text: str | None) -> str | None:
+    """Error text without this machine's paths (it goes into the committed JSON and markdown)."""
+    if not text:
+        return text
+    return text.replace(str(ROOT), ".").replace(tempfile.gettempdir(), "$TMPDIR").replace(str(Path.home()), "~")
+
+
+def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) -> dict:
+    out = tmp / "run"
+    cmd = [sys.executable, "-m", "tianji_dask", "train", task, "--mode", OURS[system], "--seed", str(seed),
+           "--max-seconds", str(max_seconds), "--out", str(out), "--quiet"]
+    t_launch = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_seconds + GRACE_S, cwd=ROOT)
+    t_exit = time.time()
+    row = {"t_launch": t_launch, "process_wall_s": t_exit - t_launch}
+    results_path = out / "results.json"
+    if not results_path.exists():
+        return {**row, "solved": False, "error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"}
+    r = json.loads(results_path.read_text())
+    tts = r["time_to_solve_s"]
+    return {
+        **row,
+        "solved": bool(r["solved"]),
+        "time_to_solve_s": tts,
+        "time_to_solve_from_launch_s": None if tts is None else r["t_run_start"] + tts - t_launch,
+        "time_to_solve_from_process_start_s": r.get("time_to_solve_from_process_start_s"),
+        "wall_s": r["wall_s"],
+        "env_steps": r["env_steps"],
+        "episodes": r["episodes"],
+        "final_mean_return": r["final_mean_return"],
+        "stop_reason": r["stop_reason"],
+        "learner_busy_fraction": r.get("learner_busy_fraction"),
+        "explorer_busy_fraction": r.get("explorer_busy_fraction"),
+        "env_steps_per_s": r.get("env_steps_per_s"),
+        "samples_per_s_consumed": r.get("samples_per_s_consumed"),
+        "bytes_per_s": r.get("bytes_per_s"),
+        "updates": r.get("updates"),
+        "error": r.get("error") or (None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-2000:]}"),
+    }
+
+
+def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, peers_python: Path,
+              threads: int) -> dict:
+    if not Path(peers_python).exists():
+        return {"solved": False, "error": f"no peers virtual environment at {peers_python}: run benchmarks/peers/setup"}
+    out = tmp / "peer.json"
+    cmd = [str(peers_python), str(PEER_RUNNER), "--system", system, "--task", task, "--seed", str(seed),
+           "--max-seconds", str(max_seconds), "--out", str(out), "--threads", str(threads)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the project's leaks in
+    t_launch = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_seconds + GRACE_S, env=env, cwd=tmp)
+        rc, tail = proc.returncode, (proc.stderr or proc.stdout)[-2000:]
+    except subprocess.TimeoutExpired:
+        rc, tail = None, f"killed: still running {max_seconds + GRACE_S:.0f} s after launch"
+    t_exit = time.time()
+    row = {"t_launch": t_launch, "process_wall_s": t_exit - t_launch}
+    if not out.exists():
+        return {**row, "solved": False, "error": f"exit {rc}: {tail}"}
+    r = json.loads(out.read_text())
+    returns = [ret for _, ret in sorted(r.pop("episodes"))]
+    keep = {k: r.get(k) for k in ("solved", "time_to_solve_s", "wall_s", "env_steps", "final_mean_return",
+                                  "stop_reason", "error", "config", "versions")}
+    return {
+        **row, **keep,
+        "time_to_solve_from_launch_s": None if r.get("t_solved") is None else r["t_solved"] - t_launch,
+        "build_s_from_launch": None if r.get("t_built") is None else r["t_built"] - t_launch,
+        "episodes": len(returns),
+        "rllib_iterations": r.get("rllib_iterations"),
+        "error": r.get("error") or (None if rc == 0 else f"exit {rc}: {tail}"),
+    }
+
+
+def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python: Path, threads: int = 1) -> dict:
+    with tempfile.TemporaryDirectory(prefix="vs-peers-") as tmp:
+        try:
+            if system in OURS:
+                row = _run_ours(system, task, seed, max_seconds, Path(tmp))
+            else:
+                row = _run_peer(system, task, seed, max_seconds, Path(tmp), peers_python, threads)
+        except subprocess.TimeoutExpired:
+            row = {"solved": False, "error": f"killed: still running {max_seconds + GRACE_S:.0f} s after launch"}
+    base = {f: None for f in RUN_FIELDS}
+    base.update(system=system, task=task, seed=seed, max_seconds=max_seconds)
+    base.update(row)
+    base["error"] = _clean(base["error"])
+    return base
+
+
+# ---------------------------------------------------------------------------------------------
+# medians and ratios
+
+def _median(runs: list[dict], key: str) -> tuple[float | None, bool]:
+    """Median of ``key`` over runs, an unsolved run counting as +inf (its budget a lower bound).
+    Returns (value, is_lower_bound); value None when there are no runs."""
+    if not runs:
+        return None, False
+    vals = sorted((r[key] if r["solved"] and r.get(key) is not None else float("inf")) for r in runs)
+    n = len(vals)
+    med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+    if med == float("inf"):
+        budget = max(r["max_seconds"] for r in runs)
+        return budget, True
+    return med, False
+
+
+def _fmt_time(value: float | None, lower: bool) -> str:
+    if value is None:
+        return "–"
+    return f"> {value:.0f} s (unsolved)" if lower else f"{value:.2f} s"
+
+
+def _fmt_ratio(num: tuple, den: tuple) -> str:
+    (a, a_lb), (b, b_lb) = num, den
+    if a is None or b is None:
+        return "–"
+    if a_lb and b_lb:
+        return "both unsolved"
+    if b_lb:
+        return f"< {a / b:.2f}" if not a_lb else "–"
+    return f"≥ {a / b:.2f}" if a_lb else f"{a / b:.2f}"
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """One row per (task, system): counts, medians, ratio against tianji (relaxed)."""
+    tasks = [t for t in TASKS if any(r["task"] == t for r in runs)]
+    systems = [s for s in SYSTEMS if any(r["system"] == s for r in runs)]
+    rows = []
+    for task in tasks:
+        ref = [r for r in runs if r["task"] == task and r["system"] == REFERENCE]
+        ref_med = _median(ref, "time_to_solve_s")
+        for system in systems:
+            rs = [r for r in runs if r["task"] == task and r["system"] == system]
+            if not rs:
+                continue
+            med = _median(rs, "time_to_solve_s")
+            med_launch = _median(rs, "time_to_solve_from_launch_s")
+            pairs = []
+            for r in rs:
+                mate = next((q for q in ref if q["seed"] == r["seed"]), None)
+                if mate and r["solved"] and mate["solved"]:
+                    pairs.append(r["time_to_solve_s"] / mate["time_to_solve_s"])
+            busy = [r["learner_busy_fraction"] for r in rs if r.get("learner_busy_fraction") is not None]
+            sps = [r["env_steps_per_s"] for r in rs if r.get("env_steps_per_s") is not None]
+            rows.append({
+                "task": task, "system": system, "runs": len(rs), "solved": sum(bool(r["solved"]) for r in rs),
+                "seeds": sorted(r["seed"] for r in rs),
+                "times": [r["time_to_solve_s"] if r["solved"] else None for r in rs],
+                "median_time_to_solve_s": med[0], "median_is_lower_bound": med[1],
+                "median_time_to_solve_from_launch_s": med_launch[0], "median_from_launch_is_lower_bound": med_launch[1],
+                "ratio_vs_tianji": None if system == REFERENCE else _fmt_ratio(med, ref_med),
+                "pair_ratios": pairs, "median_pair_ratio": statistics.median(pairs) if pairs else None,
+                "median_learner_busy_fraction": statistics.median(busy) if busy else None,
+                "median_env_steps_per_s": statistics.median(sps) if sps else None,
+            })
+    return rows
+
+
+def render_markdown(doc: dict) -> str:
+    runs, meta = doc["runs"], doc["meta"]
+    rows = summarise(runs)
+    out = [
+        "# tianji_dask vs RLlib and Stable-Baselines3: time-to-solve",
+        "",
+        "Generated by `benchmarks/vs_peers.py` (do not edit by hand; `python benchmarks/vs_peers.py report "
+        "docs/vs_peers.json` rebuilds it). Every run is in `vs_peers.json`.",
+        "",
+        f"Command: `{meta.get('command', '?')}`. Machine: {meta.get('machine', '?')}. "
+        f"Started {meta.get('started', '?')}, finished {meta.get('finished', '?')}; load average "
+        f"{meta.get('load_start', '?')} at start, {meta.get('load_end', '?')} at end.",
+        "",
+        "Time-to-solve: seconds from the moment the system is built (tianji_dask: cluster up and learner "
+        "built; RLlib: `build_algo()` returned; SB3: model constructed) to the end of the training episode at "
+        "which the mean of the last 100 training-episode returns first reaches the target, all episodes "
+        "pooled and sorted by end time, the same rule for every system. \"From launch\" adds process start, "
+        "imports and building. Unsolved runs count as slower than any solved one; a median that falls on "
+        "one is shown as more than the budget.",
+        "",
+        "## Medians",
+        "",
+        "| task | system | solved | time-to-solve by seed | median | median from launch | ratio (system ÷ tianji) "
+        "| median per-seed ratio | learner busy | env steps/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        by_seed = ", ".join(f"{t:.1f}" if t is not None else "unsolved" for t in row["times"])
+        out.append(
+            f"| {row['task']} | {row['system']} | {row['solved']}/{row['runs']} | {by_seed} | "
+            f"**{_fmt_time(row['median_time_to_solve_s'], row['median_is_lower_bound'])}** | "
+            f"{_fmt_time(row['median_time_to_solve_from_launch_s'], row['median_from_launch_is_lower_bound'])} | "
+            f"{row['ratio_vs_tianji'] or '1 (reference)'} | "
+            f"{'–' if row['median_pair_ratio'] is None else format(row['median_pair_ratio'], '.2f')} | "
+            f"{'–' if row['median_learner_busy_fraction'] is None else format(row['median_learner_busy_fraction'], '.0%')} | "
+            f"{'–' if row['median_env_steps_per_s'] is None else format(row['median_env_steps_per_s'], ',.0f')} |"
+        )
+    out += ["", "Ratio: the system's median time-to-solve ÷ tianji (relaxed)'s median on the same task; "
+            "above 1 means tianji_dask is faster. Per-seed ratio: the median over seeds of the same ratio "
+            "taken run by run (both solved). Learner busy and env steps/s come from tianji_dask's own "
+            "results (`results.json`); the peers do not report them.", ""]
+    rl = [r for r in runs if r["system"] == "rllib" and r.get("rllib_iterations")]
+    if rl:
+        out += ["## RLlib's own metric", "",
+                "`env_runners/episode_return_mean` as RLlib reports it after each `train()` iteration, next to the "
+                "mean of the last 100 training episodes from the callback (the rule above). RLlib's metric is "
+                "smoothed its own way and is not the same number; it is recorded, not used.", "",
+                "| task | seed | RLlib metric first ≥ target (s from build) | RLlib metric at the end | last-100 mean at the end | "
+                "time-to-solve (rule above) |", "|---|---|---|---|---|---|"]
+        for r in rl:
+            target = TASKS[r["task"]][2]
+            its = r["rllib_iterations"]
+            hit = next((i["t"] for i in its if (i.get("episode_return_mean") or float("-inf")) >= target), None)
+            last = its[-1].get("episode_return_mean")
+            out.append(f"| {r['task']} | {r['seed']} | {'never' if hit is None else format(hit, '.1f')} | "
+                       f"{'–' if last is None else format(last, '.1f')} | "
+                       f"{'–' if r.get('final_mean_return') is None else format(r['final_mean_return'], '.1f')} | "
+                       f"{format(r['time_to_solve_s'], '.1f') if r['solved'] else 'unsolved'} |")
+        out.append("")
+    errors = [r for r in runs if r.get("error")]
+    if errors:
+        out += ["## Errors", ""]
+        out += [f"- {r['task']} {r['system']} seed {r['seed']}: `{r['error'].strip().splitlines()[-1][:300]}`"
+                for r in errors]
+        out.append("")
+    if meta.get("run_notes"):
+        out += ["## Notes on this run", ""] + [f"- {n}" for n in meta["run_notes"]] + [""]
+    if meta.get("versions"):
+        out += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in sorted(meta["versions"].items())), ""]
+    if meta.get("notes"):
+        out += ["## How each peer is run", ""] + [f"- {n}" for n in meta["notes"]] + [""]
+    return "\n".join(out)
+
+
+PEER_NOTES = [
+    "RLlib: new API stack, the settings of RLlib's own tuned examples for CartPole PPO (lr 3e-4, 6 epochs, "
+    "vf_loss_coeff 0.01, one linear 32-unit layer shared by policy and value) and CartPole DQN (lr 5e-4, "
+    "batch 32, prioritized episode replay 50k, n-step 2-5, double and dueling Q, 256 tanh + 256 post, "
+    "epsilon 1 → 0.02 over 10k steps); LunarLander with RLlib's default PPO/DQN config. "
+    "Per-episode returns and end times come from an `on_episode_end` callback in every env runner "
+    "(appended to a file the driver reads after each `train()` iteration), so the 100-episode mean is "
+    "computed by the harness, not taken from RLlib's smoothed metric (which is also recorded per "
+    "iteration in the JSON). The run stops at the first iteration boundary after it has solved.",
+    "Stable-Baselines3: RL-Zoo hyperparameters for CartPole-v1 and LunarLander (PPO and DQN). The zoo's "
+    "schedules (linear learning rate and clip range, DQN's exploration fraction) follow the zoo over its "
+    "n_timesteps and then hold their final value, so runs can continue until solved or out of time. "
+    "Episode returns come from `Monitor` episode infos, read by a callback at every step.",
+    "Threads: every tianji_dask role (learner, each explorer) runs torch with 1 intra-op thread; the peers "
+    "get the same (`--peer-threads`, OMP_NUM_THREADS and torch.set_num_threads, inherited by Ray's "
+    "workers). With the library default (as many threads as cores) on this 2-core machine shared with other "
+    "jobs, torch ops spin-wait for busy cores: a small MLP update measured 40x slower (20 s vs 0.5 s per 100).",
+    "tianji_dask: the bundled pipelines unchanged (`tianji-dask train TASK --mode relaxed|lockstep|single`); "
+    "episodes come from its own `episodes.csv` rule, which is the same as above.",
+]
+
+
+def _versions(peers_python: Path) -> dict:
+    import importlib.metadata as md
+
+    v = {}
+    for dist in ("torch", "dask", "distributed", "gymnasium"):
+        try:
+            v[f"{dist} (tianji_dask)"] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    if Path(peers_python).exists():
+        code = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
+                "('ray', 'stable-baselines3', 'torch', 'gymnasium')}))")
+        try:
+            out = subprocess.run([str(peers_python), "-c", code], capture_output=True, text=True, timeout=60)
+            v.update({f"{k} (peers)": val for k, val in json.loads(out.stdout).items()})
+        except Exception:  # noqa: BLE001 - versions are informative only
+            pass
+    return v
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def cmd_solve(args) -> int:
+    out_json, out_md = Path(f"{args.out}.json"), Path(f"{args.out}.md")
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(out_json.read_text())["runs"] if args.append and out_json.exists() else []
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    meta = {"command": "python benchmarks/vs_peers.py " + " ".join(args.argv), "machine": _machine(),
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": _load(),
+            "versions": _versions(args.peers_python), "notes": PEER_NOTES}
+    runs = list(previous)
+    for i, seed in enumerate(seeds):
+        for task in args.tasks:
+            k = i % len(args.systems)
+            for system in args.systems[k:] + args.systems[:k]:  # alternate, and rotate who goes first
+                row = run_one(system, task, seed, args.max_seconds, args.peers_python, args.peer_threads)
+                runs.append(row)
+                tts = row["time_to_solve_s"]
+                print(f"{task:>16} {system:>16} seed {seed}: "
+                      + (f"solved in {tts:.2f} s ({row['time_to_solve_from_launch_s']:.2f} s from launch)" if row["solved"]
+                         else f"NOT solved ({row.get('stop_reason')}, budget {args.max_seconds:g} s)")
+                      + (f"  ERROR {row['error'].strip().splitlines()[-1][:200]}" if row.get("error") else ""), flush=True)
+                meta.update(finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_end=_load())
+                doc = {"meta": meta, "runs": runs}
+                out_json.write_text(json.dumps(doc, indent=1))
+                out_md.write_text(render_markdown(doc))
+    print(f"\nwrote {out_json} and {out_md}")
+    print(render_markdown({"meta": meta, "runs": runs}).split("## Medians", 1)[1].split("Ratio:")[0])
+    return 0
+
+
+def cmd_report(args) -> int:
+    doc = json.loads(Path(args.json).read_text())
+    for run in doc["runs"]:
+        run["error"] = _clean(run.get("error"))
+    for note in args.note:
+        if note not in doc["meta"].setdefault("run_notes", []):
+            doc["meta"]["run_notes"].append(note)
+    Path(args.json).write_text(json.dumps(doc, indent=1))
+    md = Path(args.json).with_suffix(".md")
+    md.write_text(render_markdown(doc))
+    print(f"wrote {md}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) chunk transfer bandwidth through Dask vs a raw loopback socket pair
+
+def _make_chunk_of(mib: float, salt: int) -> dict:
+    import numpy as np
+
+    from tianji_dask.dataflow.chunk import make_chunk
+
+    t, n = 128, 16
+    dim = max(1, int(mib * 2**20 / ((t + 1) * n * 4)))
+    rng = np.random.default_rng(salt)
+    return make_chunk(obs=rng.standard_normal((t + 1, n, dim), dtype=np.float32), actions=np.zeros((t, n), np.int64),
+                      rewards=np.ones((t, n), np.float32), terminated=np.zeros((t, n), bool),
+                      truncated=np.zeros((t, n), bool), valid=np.ones((t, n), bool),
+                      extras={"logp": np.zeros((t, n), np.float32)}, explorer_id=0, policy_version=0,
+                      t_start=0.0, t_end=0.0, episodes=[])
+
+
+def _chunk_nbytes(chunk: dict) -> int:
+    return chunk["nbytes"]
+
+
+def _raw_sender(port: int, nbytes: int, repeats: int) -> None:
+    import socket
+
+    payload = os.urandom(nbytes)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(repeats + 1):  # one warm-up
+            s.recv(1)  # go
+            s.sendall(payload)
+
+
+def raw_tcp_bandwidth(nbytes: int, repeats: int) -> list[float]:
+    """Bytes/s of ``nbytes`` sent by another process over a loopback TCP connection, per repeat."""
+    import multiprocessing as mp
+    import socket
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        proc = mp.get_context("spawn").Process(target=_raw_sender, args=(srv.getsockname()[1], nbytes, repeats))
+        proc.start()
+        conn, _ = srv.accept()
+        buf = bytearray(nbytes)
+        view = memoryview(buf)
+        rates = []
+        with conn:
+            for i in range(repeats + 1):
+                t0 = time.perf_counter()
+                conn.sendall(b"g")
+                got = 0
+                while got < nbytes:
+                    got += conn.recv_into(view[got:], nbytes - got)
+                dt = time.perf_counter() - t0
+                if i:
+                    rates.append(nbytes / dt)
+        proc.join()
+    return rates
+
+
+def cmd_transfer(args) -> int:
+    from distributed import Client, LocalCluster, wait
+
+    results = {"meta": {"command": "python benchmarks/vs_peers.py " + " ".join(args.argv), "machine": _machine(),
+                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": _load()},
+               "sizes": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        a, b = sorted(client.scheduler_info()["workers"])
+        for mib in args.sizes_mib:
+            dask_rates, e2e_rates, nbytes = [], [], None
+            for i in range(args.repeats + 1):  # one warm-up
+                x = client.submit(_make_chunk_of, mib, i, workers=[a], pure=False)
+                wait(x)
+                t0 = time.perf_counter()
+                y = client.submit(_chunk_nbytes, x, workers=[b], pure=False)
+                nbytes = y.result()
+                dt = time.perf_counter() - t0
+                log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log)[-1:], workers=[b])[b]
+                del x, y
+                if i and log:
+                    entry = log[-1]
+                    dask_rates.append(entry["total"] / entry["duration"])
+                    e2e_rates.append(nbytes / dt)
+            raw = raw_tcp_bandwidth(nbytes, args.repeats)
+            row = {"mib": mib, "chunk_bytes": nbytes,
+                   "dask_transfer_Bps": statistics.median(dask_rates),
+                   "dask_end_to_end_Bps": statistics.median(e2e_rates),
+                   "raw_tcp_Bps": statistics.median(raw),
+                   "dask_transfer_Bps_all": dask_rates, "dask_end_to_end_Bps_all": e2e_rates, "raw_tcp_Bps_all": raw}
+            row["ratio_transfer_vs_raw"] = row["dask_transfer_Bps"] / row["raw_tcp_Bps"]
+            row["ratio_end_to_end_vs_raw"] = row["dask_end_to_end_Bps"] / row["raw_tcp_Bps"]
+            results["sizes"].append(row)
+            print(f"{mib:>6g} MiB chunk: Dask {row['dask_transfer_Bps'] / 2**20:,.0f} MiB/s (worker transfer log), "
+                  f"{row['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s end to end (task submit to result); raw TCP "
+                  f"{row['raw_tcp_Bps'] / 2**20:,.0f} MiB/s; ratio {row['ratio_transfer_vs_raw']:.2f} / "
+                  f"{row['ratio_end_to_end_vs_raw']:.2f}", flush=True)
+    results["meta"]["load_end"] = _load()
+    Path(f"{args.out}.json").write_text(json.dumps(results, indent=1))
+    lines = ["# Chunk transfer through Dask vs raw loopback TCP", "",
+             "Generated by `benchmarks/vs_peers.py transfer`. A SampleChunk of the given size is made on one "
+             "worker process and consumed by a task on another (one LocalCluster, two worker processes); "
+             "the raw figure sends the same number of bytes between two processes over a plain TCP socket "
+             "on 127.0.0.1, in the same invocation. Medians of the repeats after one warm-up.", "",
+             f"Command: `{results['meta']['command']}`. Machine: {results['meta']['machine']}, "
+             f"{results['meta']['date']}, load average {results['meta']['load_start']} → {results['meta']['load_end']}.", "",
+             "| chunk | Dask transfer (worker log) | Dask end to end (submit → result) | raw TCP | ratio transfer ÷ raw "
+             "| ratio end to end ÷ raw |", "|---|---|---|---|---|---|"]
+    for r in results["sizes"]:
+        lines.append(f"| {r['chunk_bytes'] / 2**20:.1f} MiB | {r['dask_transfer_Bps'] / 2**20:,.0f} MiB/s | "
+                     f"{r['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s | {r['raw_tcp_Bps'] / 2**20:,.0f} MiB/s | "
+                     f"{r['ratio_transfer_vs_raw']:.2f} | {r['ratio_end_to_end_vs_raw']:.2f} |")
+    Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}.json and {args.out}.md")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) env steps/s produced with 1, 2, ... explorers
+
+_SCALING_CODE = """
+import json, sys, tianji_dask
+r = tianji_dask.train(sys.argv[1], overrides={"explorers": int(sys.argv[2]), "seed": int(sys.argv[3]),
+                      "stop.target_return": None, "stop.max_seconds": float(sys.argv[4]),
+                      "stop.max_env_steps": None, **json.loads(sys.argv[6])}, out=sys.argv[5])
+print(json.dumps({k: r.get(k) for k in ("env_steps", "wall_s", "env_steps_per_s", "samples_per_s_consumed",
+                  "learner_busy_fraction", "explorer_busy_fraction", "updates", "error")}))
+"""
+
+
+def cmd_scaling(args) -> int:
+    import yaml
+
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
+    rows = []
+    for rep in range(args.repeats):
+        for n in args.explorers:
+            with tempfile.TemporaryDirectory(prefix="vs-peers-scaling-") as tmp:
+                proc = subprocess.run([sys.executable, "-c", _SCALING_CODE, args.pipeline, str(n), str(rep),
+                                       str(args.seconds), str(Path(tmp) / "run"), json.dumps(overrides)], capture_output=True, text=True,
+                                      cwd=ROOT, timeout=args.seconds + GRACE_S)
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                return 1
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r.update(explorers=n, repeat=rep)
+            rows.append(r)
+            print(f"{args.pipeline} {n} explorer(s), repeat {rep}: {r['env_steps_per_s']:,.0f} env steps/s produced, "
+                  f"learner busy {r['learner_busy_fraction']:.0%}, explorers busy {r['explorer_busy_fraction']:.0%}",
+                  flush=True)
+    by_n = {n: statistics.median(r["env_steps_per_s"] for r in rows if r["explorers"] == n) for n in args.explorers}
+    base = by_n[args.explorers[0]]
+    doc = {"meta": {"command": "python benchmarks/vs_peers.py " + " ".join(args.argv), "machine": _machine(),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": _load()},
+           "runs": rows, "median_env_steps_per_s": {str(n): v for n, v in by_n.items()}}
+    Path(f"{args.out}.json").write_text(json.dumps(doc, indent=1))
+    lines = ["# Env steps/s produced vs number of explorers", "",
+             f"Generated by `benchmarks/vs_peers.py scaling`: `{args.pipeline}` in relaxed mode with no target for "
+             f"{args.seconds:g} s per run, explorers {args.explorers}, {args.repeats} repeat(s) each, alternated"
+             + (f", overrides {overrides}" if overrides else "") + ". "
+             f"Machine: {doc['meta']['machine']}, {doc['meta']['date']}, load average {doc['meta']['load']}.", "",
+             "| explorers | median env steps/s produced | scaling vs first | learner busy | explorers busy |",
+             "|---|---|---|---|---|"]
+    for n in args.explorers:
+        rs = [r for r in rows if r["explorers"] == n]
+        lines.append(f"| {n} | {by_n[n]:,.0f} | {by_n[n] / base:.2f}× | "
+                     f"{statistics.median(r['learner_busy_fraction'] for r in rs):.0%} | "
+                     f"{statistics.median(r['explorer_busy_fraction'] for r in rs):.0%} |")
+    Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}.json and {args.out}.md")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("solve", help="time-to-solve, every system, alternated seed by seed")
+    s.add_argument("--tasks", nargs="+", choices=list(TASKS), default=["cartpole_ppo", "cartpole_dqn"])
+    s.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=["tianji", "rllib", "sb3"])
+    s.add_argument("--seeds", type=int, default=3, help="how many seeds (from --seed-start)")
+    s.add_argument("--seed-start", type=int, default=0)
+    s.add_argument("--max-seconds", type=float, default=300, help="per-run budget from build")
+    s.add_argument("--out", default=str(ROOT / "docs" / "vs_peers"), help="writes OUT.json and OUT.md")
+    s.add_argument("--append", action="store_true", help="keep the runs already in OUT.json")
+    s.add_argument("--peers-python", type=Path, default=DEFAULT_PEERS_PYTHON)
+    s.add_argument("--peer-threads", type=int, default=1,
+                   help="torch threads per peer process (tianji_dask's roles use 1 each); 0: library default")
+    r = sub.add_parser("report", help="rebuild the markdown from a solve JSON")
+    r.add_argument("json")
+    r.add_argument("--note", action="append", default=[], help="add a note on the measured runs to the markdown")
+    t = sub.add_parser("transfer", help="chunk bandwidth through Dask vs raw loopback TCP")
+    t.add_argument("--sizes-mib", nargs="+", type=float, default=[1, 4, 16, 64])
+    t.add_argument("--repeats", type=int, default=5)
+    t.add_argument("--out", default=str(ROOT / "docs" / "vs_peers_transfer"))
+    c = sub.add_parser("scaling", help="env steps/s produced with 1, 2, ... explorers")
+    c.add_argument("--explorers", nargs="+", type=int, default=[1, 2])
+    c.add_argument("--pipeline", default="cartpole_ppo")
+    c.add_argument("--seconds", type=float, default=30)
+    c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="pipeline overrides, e.g. controller.replay_ratio=null (DQN explorers unpaced)")
+    c.add_argument("--out", default=str(ROOT / "docs" / "vs_peers_scaling"))
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return {"solve": cmd_solve, "report": cmd_report, "transfer": cmd_transfer, "scaling": cmd_scaling}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The peers benchmark harness end to end on our system only (no peers venv needed), so it cannot
+rot; timing is never asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+vs_peers = _load("vs_peers", ROOT / "benchmarks" / "vs_peers.py")
+run_peer = _load("run_peer", ROOT / "benchmarks" / "peers" / "run_peer.py")
+
+
+@pytest.mark.timeout(300)  # about 30 s on a quiet 2-core machine; much more on a loaded one
+def test_solve_writes_every_run_and_the_tables(tmp_path):
+    out = tmp_path / "vs"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "solve", "--tasks", "cartpole_ppo",
+           "--systems", "tianji", "rllib", "--seeds", "1", "--max-seconds", "2", "--out", str(out),
+           "--peers-python", str(tmp_path / "no-such-venv" / "python")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    doc = json.loads(out.with_suffix(".json").read_text())
+    runs = doc["runs"]
+    assert [(r["system"], r["task"], r["seed"]) for r in runs] == [("tianji", "cartpole_ppo", 0), ("rllib", "cartpole_ppo", 0)]
+    for r in runs:
+        assert set(vs_peers.RUN_FIELDS) <= set(r)
+        assert r["max_seconds"] == 2
+    ours, peer = runs
+    assert ours["error"] is None
+    assert ours["env_steps"] > 0 and ours["wall_s"] > 0 and ours["process_wall_s"] >= ours["wall_s"]
+    assert ours["learner_busy_fraction"] is not None and ours["env_steps_per_s"] > 0
+    if ours["solved"]:
+        assert 0 < ours["time_to_solve_s"] <= ours["time_to_solve_from_launch_s"]
+    # a peer that cannot run is kept as an unsolved run with its error, never dropped
+    assert peer["solved"] is False and "benchmarks/peers/setup" in peer["error"]
+    assert doc["meta"]["command"].startswith("python benchmarks/vs_peers.py solve")
+
+    md = out.with_suffix(".md").read_text()
+    header = ("| task | system | solved | time-to-solve by seed | median | median from launch | ratio (system ÷ tianji) "
+              "| median per-seed ratio | learner busy | env steps/s |")
+    assert header in md
+    rows = [line for line in md.splitlines() if line.startswith("| cartpole_ppo |")]
+    assert [line.split("|")[2].strip() for line in rows] == ["tianji", "rllib"]
+    assert all(line.count("|") == header.count("|") for line in rows)
+    assert "## Errors" in md
+
+    # the report subcommand rebuilds the same markdown from the JSON
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "report", str(out.with_suffix(".json"))],
+                   check=True, capture_output=True, cwd=ROOT, timeout=60)
+    assert out.with_suffix(".md").read_text() == md
+
+
+def _run(system, seed, t, solved=True, budget=100.0):
+    return {"system": system, "task": "cartpole_ppo", "seed": seed, "solved": solved, "max_seconds": budget,
+            "time_to_solve_s": t if solved else None, "time_to_solve_from_launch_s": t + 10 if solved else None,
+            "learner_busy_fraction": None, "env_steps_per_s": None}
+
+
+def test_medians_count_unsolved_runs_as_lower_bounds():
+    runs = [_run("tianji", 0, 10), _run("tianji", 1, 20), _run("tianji", 2, 30),
+            _run("sb3", 0, 40), _run("sb3", 1, 0, solved=False), _run("sb3", 2, 0, solved=False),
+            _run("rllib", 0, 50), _run("rllib", 1, 60), _run("rllib", 2, 0, solved=False)]
+    rows = {r["system"]: r for r in vs_peers.summarise(runs)}
+    assert rows["tianji"]["median_time_to_solve_s"] == 20 and rows["tianji"]["ratio_vs_tianji"] is None
+    assert rows["rllib"]["median_time_to_solve_s"] == 60 and rows["rllib"]["ratio_vs_tianji"] == "3.00"
+    assert rows["rllib"]["pair_ratios"] == [5.0, 3.0] and rows["rllib"]["median_pair_ratio"] == 4.0
+    # two of three unsolved: the median is the budget, a lower bound, and so is the ratio
+    assert rows["sb3"]["median_is_lower_bound"] and rows["sb3"]["median_time_to_solve_s"] == 100
+    assert rows["sb3"]["ratio_vs_tianji"] == "≥ 5.00"
+    assert rows["sb3"]["solved"] == 1 and rows["sb3"]["runs"] == 3
+
+
+def test_peer_runner_time_to_solve_matches_the_projects_rule():
+    import numpy as np
+
+    from tianji_dask.metrics import time_to_solve
+
+    rng = np.random.default_rng(0)
+    t_end = np.sort(rng.uniform(0, 100, 400))
+    returns = np.clip(np.linspace(0, 600, 400) + rng.normal(0, 50, 400), 0, 500)
+    episodes = list(zip(t_end.tolist(), returns.tolist()))
+    rng.shuffle(episodes)  # pooled from several processes: not in end-time order
+    ours = time_to_solve(np.array([[t, r] for t, r in episodes]), 475.0, 100)
+    assert ours is not None
+    assert run_peer.time_to_solve(episodes, 475.0) == pytest.approx(ours)
+    assert run_peer.time_to_solve(episodes[:99], 0.0) is None
