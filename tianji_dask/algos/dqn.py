@@ -9,7 +9,6 @@ before it updates again, without a burst of catch-up updates.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
@@ -21,7 +20,7 @@ from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import (
     Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
 )
-from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, nstep_transitions
+from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplayPacing, nstep_transitions
 
 
 class DQNConfig(AlgoConfig):
@@ -70,7 +69,7 @@ class DQNConfig(AlgoConfig):
     checkpoint_replay: bool = False
 
 
-class DQN(Algorithm):
+class DQN(ReplayPacing, Algorithm):
     on_policy = False
     device_types = ("cpu", "cuda")
 
@@ -93,11 +92,7 @@ class DQN(Algorithm):
         else:
             self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
-        self.env_steps = 0  # env steps ingested
-        self.updates = 0
-        self.update_credit = 0.0  # updates allowed now by the replay ratio
-        self.env_steps_past_warmup = 0
-        self._upe_max: float | None = None  # a controller's ceiling, replacing updates_per_env_step
+        self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
         self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
 
     # ---- explorer side -------------------------------------------------------------------
@@ -131,38 +126,7 @@ class DQN(Algorithm):
     def ingest(self, chunk: dict, staleness: int) -> int:
         c = self.config
         batch = nstep_transitions(chunk, c.gamma, c.n_step)
-        before = len(self.replay)
-        kept = self.replay.add(batch)
-        self.env_steps += kept
-        # replay ratio: each env step ingested past the warm-up earns updates_per_env_step updates
-        after = len(self.replay)
-        if after >= c.learning_starts:
-            past_warmup = kept if before >= c.learning_starts else after - c.learning_starts + 1
-            self.env_steps_past_warmup += past_warmup
-            self.update_credit += past_warmup * (self._upe_max if self._upe_max is not None else c.updates_per_env_step)
-        return kept
-
-    def replay_progress(self) -> dict:
-        return {
-            "env_steps": self.env_steps_past_warmup,
-            "samples_trained": self.updates * self.config.batch_size,
-            "warm": len(self.replay) >= self.config.learning_starts,
-            "ratio": self.config.updates_per_env_step * self.config.batch_size,  # configured samples per env step
-        }
-
-    def set_replay_ratio_max(self, rho_max: float | None) -> None:
-        self._upe_max = None if rho_max is None else rho_max / self.config.batch_size
-
-    def ready(self) -> bool:
-        return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts
-
-    def samples_per_update(self) -> int:
-        """Fresh env steps one update needs past the warm-up: 1 / updates_per_env_step."""
-        return max(1, math.ceil(1.0 / self.config.updates_per_env_step))
-
-    def chunks_per_update(self) -> int:
-        """Chunks one update needs at minimum: any chunk feeds the replay."""
-        return 1
+        return self.store(batch)  # earns updates_per_env_step updates per env step past the warm-up
 
     def _make_optimizer(self) -> None:
         self.optimizer = Adam(self.q.parameters(), self.config.lr, eps=self.config.adam_eps)

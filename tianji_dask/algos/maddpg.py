@@ -16,7 +16,6 @@ transitions, every env step ingested allows ``updates_per_env_step`` more update
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
@@ -26,7 +25,7 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import Adam, PerAgentMLP, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of
-from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
+from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
 
 
 class MADDPGConfig(AlgoConfig):
@@ -72,7 +71,7 @@ def check_multiagent_spaces(obs_space, action_space) -> tuple[int, int, int]:
     return int(obs_space.shape[0]), int(obs_space.shape[1]), int(action_space.nvec[0])
 
 
-class MADDPG(Algorithm):
+class MADDPG(ReplayPacing, Algorithm):
     on_policy = False
 
     def __init__(self, obs_space, action_space, config: MADDPGConfig, seed: int = 0):
@@ -97,11 +96,7 @@ class MADDPG(Algorithm):
         self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)  # allocates on first ingest
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self.gumbel = torch.Generator().manual_seed(seed + 2)  # the actor update's Gumbel noise
-        self.env_steps = 0  # env steps ingested
-        self.updates = 0
-        self.update_credit = 0.0  # updates allowed now by the replay ratio
-        self.env_steps_past_warmup = 0
-        self._upe_max: float | None = None  # a controller's ceiling, replacing updates_per_env_step
+        self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
         self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
 
     # ---- explorer side -------------------------------------------------------------------
@@ -134,38 +129,7 @@ class MADDPG(Algorithm):
         else:  # every agent learns the team reward
             chunk = {**chunk, "rewards": np.repeat(chunk["rewards"][:, :, None], self.n_agents, axis=2)}
         batch = nstep_transitions(chunk, c.gamma, c.n_step)
-        before = len(self.replay)
-        kept = self.replay.add(batch)
-        self.env_steps += kept
-        # replay ratio: each env step ingested past the warm-up earns updates_per_env_step updates
-        after = len(self.replay)
-        if after >= c.learning_starts:
-            past_warmup = kept if before >= c.learning_starts else after - c.learning_starts + 1
-            self.env_steps_past_warmup += past_warmup
-            self.update_credit += past_warmup * (self._upe_max if self._upe_max is not None else c.updates_per_env_step)
-        return kept
-
-    def replay_progress(self) -> dict:
-        return {
-            "env_steps": self.env_steps_past_warmup,
-            "samples_trained": self.updates * self.config.batch_size,
-            "warm": len(self.replay) >= self.config.learning_starts,
-            "ratio": self.config.updates_per_env_step * self.config.batch_size,  # configured samples per env step
-        }
-
-    def set_replay_ratio_max(self, rho_max: float | None) -> None:
-        self._upe_max = None if rho_max is None else rho_max / self.config.batch_size
-
-    def ready(self) -> bool:
-        return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts
-
-    def samples_per_update(self) -> int:
-        """Fresh env steps one update needs past the warm-up: 1 / updates_per_env_step."""
-        return max(1, math.ceil(1.0 / self.config.updates_per_env_step))
-
-    def chunks_per_update(self) -> int:
-        """Chunks one update needs at minimum: any chunk feeds the replay."""
-        return 1
+        return self.store(batch)  # earns updates_per_env_step updates per env step past the warm-up
 
     def _make_optimizers(self) -> None:
         self.actor_optimizer = Adam(self.actor.parameters(), self.config.actor_lr)

@@ -246,3 +246,54 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if "storage" in state:  # the storage was just allocated, with an empty tree
             self.tree.nodes[self.tree.leaves:self.tree.leaves + self.size] = state["priorities"]
             self.tree.rebuild()
+
+
+class ReplayPacing:
+    """The replay ratio of an algorithm that trains on minibatches drawn from ``self.replay``.
+
+    Once the replay holds ``config.learning_starts`` transitions, every env step stored earns
+    ``config.updates_per_env_step`` updates (or a controller's ceiling, ``set_replay_ratio_max``);
+    ``ready()`` says whether one is owed. The algorithm keeps ``updates`` and spends
+    ``update_credit`` in ``learn()``."""
+
+    def _init_pacing(self) -> None:
+        self.env_steps = 0  # env steps ingested
+        self.updates = 0
+        self.update_credit = 0.0  # updates allowed now by the replay ratio
+        self.env_steps_past_warmup = 0
+        self._upe_max: float | None = None  # a controller's ceiling, replacing updates_per_env_step
+
+    def store(self, batch: dict) -> int:
+        """Add transitions to the replay and earn their updates; returns how many were added."""
+        c = self.config
+        before = len(self.replay)
+        kept = self.replay.add(batch)
+        self.env_steps += kept
+        after = len(self.replay)
+        if after >= c.learning_starts:
+            past_warmup = kept if before >= c.learning_starts else after - c.learning_starts + 1
+            self.env_steps_past_warmup += past_warmup
+            self.update_credit += past_warmup * (self._upe_max if self._upe_max is not None else c.updates_per_env_step)
+        return kept
+
+    def replay_progress(self) -> dict:
+        return {
+            "env_steps": self.env_steps_past_warmup,
+            "samples_trained": self.updates * self.config.batch_size,
+            "warm": len(self.replay) >= self.config.learning_starts,
+            "ratio": self.config.updates_per_env_step * self.config.batch_size,  # configured samples per env step
+        }
+
+    def set_replay_ratio_max(self, rho_max: float | None) -> None:
+        self._upe_max = None if rho_max is None else rho_max / self.config.batch_size
+
+    def ready(self) -> bool:
+        return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts
+
+    def samples_per_update(self) -> int:
+        """Fresh env steps one update needs past the warm-up: 1 / updates_per_env_step."""
+        return max(1, math.ceil(1.0 / self.config.updates_per_env_step))
+
+    def chunks_per_update(self) -> int:
+        """Chunks one update needs at minimum: any chunk feeds the replay."""
+        return 1
