@@ -200,9 +200,10 @@ def random_play_mean_return(episodes: int, num_envs: int, seed: int) -> float:
 
 
 def test_maddpg_beats_random_play_on_simple_spread(tmp_path):
-    # measured at 12k env steps, seeds 0, 1, 2: MADDPG's last 100 episodes beat 100 episodes of
-    # random play (about -80) by 18.3, 21.0 and 18.7; asserted with headroom for other machines
-    budget, margin = 12_000, 8.0
+    # measured: MADDPG's last 100 episodes beat 100 episodes of random play (about -80) by 18.3,
+    # 21.0 and 18.7 at 12k env steps (seeds 0, 1, 2) and by 16.9 and 15.8 at 8k (seeds 0, 1);
+    # asserted with headroom for other machines
+    budget, margin = 8_000, 8.0
     run = Run("mpe_spread_maddpg", out=tmp_path / "spread", overrides={
         "mode": "single", "seed": 0, "stop.max_env_steps": budget, "checkpoint.enabled": False})
     results = run.start().wait()
