@@ -25,10 +25,8 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import (
-    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, sample_categorical, seeded_init, snapshot,
-    weights_of,
-)
+from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.dataflow.chunk import extras
 
 
@@ -108,70 +106,17 @@ def _env_columns(segment: dict, envs: np.ndarray) -> dict:
     return {k: v[:, envs] for k, v in segment.items() if isinstance(v, np.ndarray) and k != "episodes"}
 
 
-class IMPALA(Algorithm):
+class IMPALA(SegmentActorCritic, Algorithm):
     on_policy = True  # consumed as updates take them, so staleness is measured at training time
     device_types = ("cpu", "cuda")
 
     def __init__(self, obs_space, action_space, config: IMPALAConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
-        c = config
-        obs_dim, self.n_actions = check_spaces(obs_space, action_space, "IMPALA")
-        self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
-        # what explorers need to act: everything but the critic
-        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith("critic_")]
-        self.optimizer = None  # learner side only: made on first learn()
-        self.rng = np.random.default_rng(seed)
-        self.segments: list[dict] = []  # collected for the next batch, in arrival order
-        self.segment_versions: list[int] = []
-        self.updates = 0
-        self.dropped_segments = 0  # beyond max_policy_lag
+        self._init_actor_critic(obs_space, action_space, seed)
         self.late_segments_used = 0  # trained on at staleness >= 1, under V-trace's correction
         self.max_lag_used = 0  # the largest policy lag trained on
-        self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
 
-    # ---- explorer side -------------------------------------------------------------------
-    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
-        extra ``logprob`` is the behaviour log-probability mu that V-trace's ratios need."""
-        actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, explore.get("greedy", False))
-        return actions, {"logprob": logp}
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return weights_of(self.net, self.actor_keys)
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        load_weights(self.net, weights, self.actor_keys)
-
-    # ---- learner side --------------------------------------------------------------------
-    def accepts(self, staleness: int) -> bool:
-        return self.config.max_policy_lag is None or staleness <= self.config.max_policy_lag
-
-    def ingest(self, chunk: dict, staleness: int) -> int:
-        if not self.accepts(staleness):
-            self.dropped_segments += 1
-            return 0
-        if "logprob" not in extras(chunk):
-            raise ValueError("IMPALA: chunk has no extra_logprob (was it collected by IMPALA.act?)")
-        self.segments.append(chunk)
-        self.segment_versions.append(self.updates - staleness)  # behaviour version, our counting
-        self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
-        return int(chunk["env_steps"])
-
-    def ready(self) -> bool:
-        return len(self.segments) >= self.config.segments_per_batch
-
-    def chunks_per_update(self) -> int:
-        """Chunks one update needs: segments_per_batch."""
-        return self.config.segments_per_batch
-
-    def samples_per_update(self) -> int:
-        """Env steps one batch holds at most (segments_per_batch before any chunk has arrived)."""
-        return self.config.segments_per_batch * max(1, self._steps_per_segment)
-
-    def _make_optimizer(self) -> None:
-        self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)
-        self.params = list(self.net.parameters())
-
+    # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
     def loss(self, segments: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The IMPALA loss over the valid steps of ``segments``: policy gradient with V-trace
         advantages + vf_coef x squared error to the V-trace targets - ent_coef x entropy.
@@ -251,15 +196,6 @@ class IMPALA(Algorithm):
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B), segments=float(len(segments)),
                        policy_lag_mean=float(np.mean(lags)), dropped_segments=float(self.dropped_segments))
         return metrics
-
-    def _drop_stale(self) -> None:
-        """Segments left over for the next batch age by one version per update."""
-        if self.config.max_policy_lag is None:
-            return
-        keep = [self.updates - v <= self.config.max_policy_lag for v in self.segment_versions]
-        self.dropped_segments += keep.count(False)
-        self.segments = [s for s, k in zip(self.segments, keep) if k]
-        self.segment_versions = [v for v, k in zip(self.segment_versions, keep) if k]
 
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,

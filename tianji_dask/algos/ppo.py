@@ -22,10 +22,8 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import (
-    ActorCritic, Adam, check_spaces, clip_grad_norm, load_weights, sample_categorical, seeded_init, snapshot,
-    weights_of,
-)
+from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.dataflow.chunk import extras
 
 
@@ -82,78 +80,16 @@ def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncat
     return adv, returns
 
 
-class PPO(Algorithm):
+class PPO(SegmentActorCritic, Algorithm):
     on_policy = True
     device_types = ("cpu", "cuda")
 
     def __init__(self, obs_space, action_space, config: PPOConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
-        c = config
-        obs_dim, self.n_actions = check_spaces(obs_space, action_space, "PPO")
-        self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
-        # what explorers need to act: everything but the critic
-        self.actor_keys = [k for k in self.net.state_dict() if not k.startswith("critic_")]
-        self.optimizer = None  # learner side only: made on first learn()
-        self.rng = np.random.default_rng(seed)
-        self.segments: list[dict] = []  # collected for the next batch, in arrival order
-        self.segment_versions: list[int] = []
-        self.updates = 0
-        self.dropped_segments = 0  # too stale to use
+        self._init_actor_critic(obs_space, action_space, seed)
         self.late_segments_used = 0  # trained on at staleness >= 1 under the clipped objective
-        self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
 
-    # ---- explorer side -------------------------------------------------------------------
-    def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
-        extra ``logprob`` is the behaviour log-probability the clipped ratio needs."""
-        actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, explore.get("greedy", False))
-        return actions, {"logprob": logp}
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return weights_of(self.net, self.actor_keys)
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        load_weights(self.net, weights, self.actor_keys)
-
-    # ---- learner side --------------------------------------------------------------------
-    def accepts(self, staleness: int) -> bool:
-        return staleness <= self.config.max_policy_lag
-
-    def ingest(self, chunk: dict, staleness: int) -> int:
-        if not self.accepts(staleness):
-            self.dropped_segments += 1
-            return 0
-        if "logprob" not in extras(chunk):
-            raise ValueError("PPO: chunk has no extra_logprob (was it collected by PPO.act?)")
-        self.segments.append(chunk)
-        self.segment_versions.append(self.updates - staleness)  # behaviour version, our counting
-        self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
-        return int(chunk["env_steps"])
-
-    def _drop_stale(self) -> None:
-        """Segments left over for the next batch age by one version per update."""
-        keep = [self.updates - v <= self.config.max_policy_lag for v in self.segment_versions]
-        self.dropped_segments += keep.count(False)
-        self.segments = [s for s, k in zip(self.segments, keep) if k]
-        self.segment_versions = [v for v, k in zip(self.segment_versions, keep) if k]
-
-    def ready(self) -> bool:
-        return len(self.segments) >= self.config.segments_per_batch
-
-    def chunks_per_update(self) -> int:
-        """Chunks one update needs: segments_per_batch."""
-        return self.config.segments_per_batch
-
-    def samples_per_update(self) -> int:
-        """Env steps one batch holds at most. The segment size is only known once a chunk has
-        arrived; before that this returns segments_per_batch (a count of chunks: prefer
-        ``chunks_per_update()``)."""
-        return self.config.segments_per_batch * max(1, self._steps_per_segment)
-
-    def _make_optimizer(self) -> None:
-        self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)
-        self.params = list(self.net.parameters())
-
+    # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
     def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
         """Valid steps of all segments, flattened, with advantages and returns from the current
         critic."""
