@@ -47,3 +47,14 @@ def settle(client, timeout: float = 120) -> None:
         time.sleep(0.2)
     seen = {a: (w["name"], w["resources"]) for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
     raise TimeoutError(f"the test cluster did not settle in {timeout:.0f}s: {seen}")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """As in the roles that host the algorithms: tiny ops run fastest on one thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -23,13 +23,7 @@ from tianji_dask.rollout import Rollout
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """As in the roles that host the algorithms: tiny ops run fastest on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

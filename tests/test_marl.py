@@ -23,13 +23,7 @@ SPREAD = "mpe2:simple_spread_v3"
 N_AGENTS, OBS_DIM, N_ACTIONS, EPISODE = 3, 18, 5, 25  # simple_spread's defaults
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """As in the roles that host the algorithms: tiny ops run fastest on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class UniformPolicy:
