@@ -108,6 +108,8 @@ def test_bad_pipeline_is_one_clear_line(tmp_path, capsys, label, data, message):
         (["train", "cartpole_dqn", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
         (["train", "cartpole_dqn", "--explorers", "0"], "--explorers must be a whole number >= 1, got '0'"),
         (["train", "cartpole_dqn", "--explorers", "two"], "--explorers must be a whole number >= 1"),
+        (["train", "cartpole_dqn", "--groups", "0"], "--groups must be a whole number >= 1, got '0'"),
+        (["train", "cartpole_dqn", "--groups", "2", "--mode", "single"], "groups: single mode runs one learner"),
         (["train", "cartpole_dqn", "--seed", "-3"], "--seed must be a whole number >= 0"),
         (["train", "cartpole_dqn", "--max-seconds", "0"], "--max-seconds must be a number > 0"),
         (["train", "cartpole_dqn", "--max-seconds", "nan"], "--max-seconds must be a number > 0"),

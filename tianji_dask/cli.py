@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     train.add_argument("--mode", choices=["relaxed", "lockstep", "single"])
     train.add_argument("--explorers", type=_number("--explorers", int, minimum=1, inclusive=True, what="a whole number"), help="explorer streams")
+    train.add_argument("--groups", type=_number("--groups", int, minimum=1, inclusive=True, what="a whole number"),
+                       help="learner groups, each with its own explorers; their models are averaged")
     train.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"))
     train.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="stop after this many seconds of training")
     train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
@@ -93,6 +95,7 @@ class _Progress:
             f"mean return {_fmt(s.get('mean_return'))}  staleness {_fmt(s.get('staleness_recent_mean'), '.2f')}  "
             f"in flight {s.get('chunks_in_flight', '-')}/{s.get('window') or '-'}"
             + (f"  replay ratio {s['replay_ratio']:.1f}" if s.get("replay_ratio") is not None else "")
+            + (f"  groups {len(s['groups'])}, fusions {s.get('fusions', 0)}" if s.get("groups") else "")
         )
 
     def __enter__(self):
@@ -120,13 +123,15 @@ class _Progress:
 def cmd_train(args) -> int:
     from tianji_dask.run import Run
 
-    overrides = {"mode": args.mode, "explorers": args.explorers, "seed": args.seed, "stop.max_seconds": args.max_seconds}
+    overrides = {"mode": args.mode, "explorers": args.explorers, "groups": args.groups, "seed": args.seed,
+                 "stop.max_seconds": args.max_seconds}
     overrides = {k: v for k, v in overrides.items() if v is not None}  # flags not given
     if args.scheduler:
         overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
     run = Run(args.pipeline, out=args.out, overrides=overrides)
-    print(f"tianji-dask: training {run.pipeline.name} ({run.pipeline.env.id}, {run.pipeline.algo.name}, "
-          f"{run.pipeline.mode}, {run.pipeline.explorers} explorers)", flush=True)
+    p = run.pipeline
+    groups = f"{p.groups} groups of {p.explorers} explorers" if p.groups > 1 else f"{p.explorers} explorers"
+    print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.name}, {p.mode}, {groups})", flush=True)
     return _train(run, args.quiet)
 
 

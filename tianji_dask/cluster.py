@@ -29,10 +29,11 @@ def make_security(setting):
                     tls_worker_cert=setting.cert, tls_worker_key=setting.key, require_encryption=True)
 
 
-def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None) -> LocalCluster:
-    """One LEARNER worker process plus ``explorer_workers`` EXPLORER worker processes, one thread
-    each, with the active memory manager off (it deletes the weight replicas explorers read).
-    With ``security`` every connection is TLS."""
+def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None,
+                  learner_workers: int = 1) -> LocalCluster:
+    """``learner_workers`` LEARNER worker processes (one per group) plus ``explorer_workers``
+    EXPLORER worker processes, one thread each, with the active memory manager off (it deletes
+    the weight replicas explorers read). With ``security`` every connection is TLS."""
     tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
@@ -40,9 +41,10 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
             silence_logs=logging.ERROR, **tls,
         )
     template = cluster.new_spec
-    learner = copy.deepcopy(template)
-    learner["options"].update(resources={LEARNER: 1}, memory_limit=0)
-    cluster.worker_spec["tianji-learner"] = learner
+    for i in range(learner_workers):
+        learner = copy.deepcopy(template)
+        learner["options"].update(resources={LEARNER: 1}, memory_limit=0)
+        cluster.worker_spec["tianji-learner" if i == 0 else f"tianji-learner-{i}"] = learner
     for i in range(explorer_workers):
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: 1})
@@ -51,11 +53,11 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     return cluster
 
 
-def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None):
+def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1):
     """A dask-jobqueue cluster (``kind`` slurm or pbs): explorer workers are batch jobs in an
-    adaptive pool (EXPLORER resource, optional graceful lifetime with stagger), the learner a job
-    of its own (LEARNER resource) outside the pool, so adapting never touches it. Returns
-    ``(cluster, learner_job)``; close the job, then the cluster."""
+    adaptive pool (EXPLORER resource, optional graceful lifetime with stagger), each learner (one
+    per group) a job of its own (LEARNER resource) outside the pool, so adapting never touches
+    it. Returns ``(cluster, learner_jobs)``; close the jobs, then the cluster."""
     import sys
 
     from dask_jobqueue import PBSCluster, SLURMCluster
@@ -82,10 +84,13 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
         "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0"],
         "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,
     }
-    learner_job = cluster.job_cls(scheduler=cluster.scheduler_address, name="tianji-learner", **learner_kwargs)
-    cluster.sync(learner_job.start)
+    learner_jobs = []
+    for i in range(learners):
+        job = cluster.job_cls(scheduler=cluster.scheduler_address, name=f"tianji-learner-{i}", **learner_kwargs)
+        cluster.sync(job.start)
+        learner_jobs.append(job)
     cluster.adapt(minimum_jobs=jq.minimum_jobs, maximum_jobs=jq.maximum_jobs or explorers)
-    return cluster, learner_job
+    return cluster, learner_jobs
 
 
 def stop_active_memory_manager(client: Client) -> None:
@@ -99,8 +104,9 @@ def stop_active_memory_manager(client: Client) -> None:
     client.run_on_scheduler(_stop)
 
 
-def check_roles(client: Client, explorer_workers: int | None = None, timeout: float = 60) -> dict:
-    """Wait until the cluster offers a LEARNER and an EXPLORER worker; return their counts."""
+def check_roles(client: Client, explorer_workers: int | None = None, timeout: float = 60, learners: int = 1) -> dict:
+    """Wait until the cluster offers ``learners`` LEARNER workers and an EXPLORER worker; return
+    their counts."""
     import time
 
     deadline = time.time() + timeout
@@ -111,10 +117,10 @@ def check_roles(client: Client, explorer_workers: int | None = None, timeout: fl
             for role in counts:
                 if w.get("resources", {}).get(role, 0) > 0:
                     counts[role] += 1
-        if counts[LEARNER] >= 1 and counts[EXPLORER] >= (explorer_workers or 1):
+        if counts[LEARNER] >= learners and counts[EXPLORER] >= (explorer_workers or 1):
             return counts
         if time.time() > deadline:
-            missing = "LEARNER" if counts[LEARNER] < 1 else "EXPLORER"
+            missing = "LEARNER" if counts[LEARNER] < learners else "EXPLORER"
             raise RuntimeError(
                 f"cluster: no worker offers the {missing} resource after {timeout:.0f}s; start workers with "
                 f"`dask worker ADDRESS --resources {missing}=1`"

@@ -131,6 +131,15 @@ class CheckpointConfig(_Strict):
     replay: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills its warm-up")
 
 
+class ReduceConfig(_Strict):
+    """Group mode: how the groups' learners are fused into one model (TianJi's root reducer)."""
+
+    every: int | None = Field(None, ge=1, description="learner updates between fusions; default: 16 for off-policy "
+                              "algorithms (TianJi's CartPole DQN), 1 for on-policy ones")
+    barrier: bool | None = Field(None, description="a learner waits for the fused model before it trains or asks for "
+                                 "explorer work again; default: on for on-policy algorithms, off (asynchronous) otherwise")
+
+
 class LoggingConfig(_Strict):
     tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
 
@@ -199,6 +208,9 @@ class Pipeline(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     explorers: int = Field(2, ge=1, le=4096, description="explorer streams (each a vector env)")
     chunk_steps: int = Field(64, ge=1, le=1_000_000, description="vector steps per chunk")
+    groups: int = Field(1, ge=1, le=256, description="learner groups, each a learner with `explorers` explorer streams "
+                        "of its own; their models are averaged every reduce.every updates")
+    reduce: ReduceConfig = Field(default_factory=ReduceConfig, description="group mode: model fusion")
     stop: StopConfig
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
@@ -220,6 +232,13 @@ class Pipeline(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _groups(self):
+        if self.groups > 1 and self.mode == "single":
+            raise PipelineError("groups: single mode runs one learner in one process; use mode relaxed or lockstep "
+                                f"for {self.groups} groups")
+        return self
+
+    @model_validator(mode="after")
     def _explorer_kwargs(self):
         bad = [i for i in self.env.explorer_kwargs if not 0 <= i < self.explorers]
         if bad:
@@ -227,7 +246,12 @@ class Pipeline(_Strict):
         return self
 
     def env_kwargs_for(self, explorer_id: int) -> dict:
-        return {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id, {})}
+        """Env kwargs of explorer stream ``explorer_id`` (streams are numbered across groups:
+        group g owns g x explorers ... (g + 1) x explorers - 1; explorer_kwargs are per group)."""
+        return {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id % self.explorers, {})}
+
+    def group_streams(self, group: int) -> list[int]:
+        return list(range(group * self.explorers, (group + 1) * self.explorers))
 
     @property
     def updates_per_pass(self) -> int:

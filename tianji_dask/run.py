@@ -10,6 +10,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from tianji_dask.algos import make_algorithm
@@ -56,9 +57,12 @@ class Run:
         self.client = client
         self.cluster = None
         self._own_client = False
-        self._learner = None
-        self._learner_future = None
-        self._learner_job = None  # the learner's batch job (kind slurm or pbs)
+        self._learners: list = []  # the learner actors, one per group
+        self._learner_futures: list = []
+        self._learner_jobs: list = []  # the learners' batch jobs (kind slurm or pbs)
+        self._reducer = None  # group mode: the Reducer actor
+        self._reducer_address: str | None = None
+        self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
         self._env_seed_offset = 0
         self._t_run_start: float | None = None
@@ -119,6 +123,9 @@ class Run:
                 learner_device(p.learner.device)
             except RuntimeError as err:
                 raise PipelineError(str(err)) from None
+        r = p.reduce
+        self._reduce = {"every": r.every or (1 if algo.on_policy else 16),
+                        "barrier": algo.on_policy if r.barrier is None else r.barrier}
         progress = algo.replay_progress()
         if isinstance(c.replay_ratio, tuple) and progress is None:
             raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
@@ -130,10 +137,10 @@ class Run:
             r = progress["ratio"]
             self._replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [r / 2, 2 * r]
 
-    def _spec(self, explorer_workers: int) -> dict:
+    def _spec(self, explorer_workers: int, group: int = 0) -> dict:
         p = self.pipeline
         make_algo = self._make_algo
-        return {
+        spec = {
             "run_id": self.run_id, "mode": p.mode, "explorers": p.explorers, "chunk_steps": p.chunk_steps,
             "chunk_env_steps": p.chunk_steps * p.env.num_envs, "law": self.law(),
             "publish_every": p.learner.publish_every, "updates_per_pass": p.updates_per_pass,
@@ -147,8 +154,21 @@ class Run:
                 "dir": str((self.out / "checkpoints").resolve()), "every_seconds": p.checkpoint.every_seconds,
                 "every_versions": p.checkpoint.every_versions, "keep": p.checkpoint.keep, "replay": p.checkpoint.replay,
             } if p.checkpoint.enabled else None,
-            "resume_from": self._resume_from,
+            "resume_from": self._resume_from[group] if isinstance(self._resume_from, list) else self._resume_from,
         }
+        if p.groups > 1:
+            # the run, not each learner, decides when the groups stop: solved on all groups' episodes
+            # pooled, env steps and updates summed over groups (see wait)
+            spec.update(group=group, streams=p.group_streams(group), reduce=self._reduce,
+                        reducer=(self._reducer_address, f"tianji-reducer-{self.run_id}"),
+                        stop=p.stop.model_copy(update={"on_solve": False, "max_env_steps": None, "max_updates": None}))
+            if spec["checkpoint"]:
+                spec["checkpoint"]["dir"] = str((self.out / "checkpoints" / f"group-{group}").resolve())
+        return spec
+
+    def _checkpoint_dirs(self) -> list[Path]:
+        d = self.out / "checkpoints"
+        return [d] if self.pipeline.groups == 1 else [d / f"group-{g}" for g in range(self.pipeline.groups)]
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
@@ -160,10 +180,13 @@ class Run:
         d = Path(run_dir)
         if not (d / "pipeline.yaml").is_file():
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
-        path = checkpoint.latest(d / "checkpoints")
-        state = checkpoint.load(path)  # fail here, with one line, on a damaged file
-        run = cls(d / "pipeline.yaml", client, out=d, overrides=overrides, _resume_from=str(path.resolve()))
-        run._env_seed_offset = 1 + int(state["version"])  # fresh env seeds: no replay of the first episodes
+        pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
+        dirs = [d / "checkpoints"] if pipeline.groups == 1 else [d / "checkpoints" / f"group-{g}" for g in range(pipeline.groups)]
+        paths = [checkpoint.latest(c) for c in dirs]
+        versions = [int(checkpoint.load(path)["version"]) for path in paths]  # fail here, with one line, on a damaged file
+        resume_from = [str(path.resolve()) for path in paths]
+        run = cls(pipeline, client, out=d, _resume_from=resume_from[0] if pipeline.groups == 1 else resume_from)
+        run._env_seed_offset = 1 + max(versions)  # fresh env seeds: no replay of the first episodes
         return run
 
     def _write_pipeline(self) -> None:
@@ -203,64 +226,113 @@ class Run:
         )
         from tianji_dask.dataflow.controller import StalenessController
         from tianji_dask.dataflow.explorer import EnvPool
-        from tianji_dask.dataflow.learner import Learner
 
-        explorer_workers = p.cluster.explorer_workers or default_explorer_workers(p.explorers)
+        explorer_workers = p.cluster.explorer_workers or default_explorer_workers(p.explorers * p.groups)
         timeout = 60
         if self.client is None:
             kind, security = p.cluster.kind, make_security(p.cluster.security)
             if kind == "address":
                 self.client = Client(p.cluster.address, security=security)
             elif kind in ("slurm", "pbs"):
-                self.cluster, self._learner_job = jobqueue_cluster(
-                    kind, p.cluster.jobqueue, p.explorers, p.cluster.dashboard_address, security)
+                self.cluster, self._learner_jobs = jobqueue_cluster(
+                    kind, p.cluster.jobqueue, p.explorers * p.groups, p.cluster.dashboard_address, security, learners=p.groups)
                 self.client = Client(self.cluster)
                 timeout = p.cluster.jobqueue.start_timeout
             else:
-                self.cluster = local_cluster(explorer_workers, p.cluster.dashboard_address, security)
+                self.cluster = local_cluster(explorer_workers, p.cluster.dashboard_address, security, learner_workers=p.groups)
                 self.client = Client(self.cluster)
             self._own_client = True
         client = self.client
-        counts = check_roles(client, explorer_workers=None, timeout=timeout)
+        # a cluster we started has one LEARNER worker per group; on another, groups share them
+        counts = check_roles(client, explorer_workers=None, timeout=timeout, learners=p.groups if self._own_client else 1)
         explorer_workers = counts["EXPLORER"]
         stop_active_memory_manager(client)
         self._explorer_workers = explorer_workers
         spec = self._spec(explorer_workers)
         client.register_plugin(StalenessController(spec["law"]["window"]), name="tianji")
+        streams = range(p.explorers * p.groups)
         client.register_plugin(
             EnvPool(self.run_id, p.env.id, p.env.num_envs, p.env.kwargs, spec["make_algo"], p.seed + 7919 * self._env_seed_offset,
-                    explorer_kwargs=p.env.explorer_kwargs),
+                    explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs}),
             name="tianji-envs",
         )
         self.dashboard_link = client.dashboard_link
-        self._learner_future = client.submit(
-            Learner, spec, actor=True, resources={"LEARNER": 1}, key=f"tianji-learner-{self.run_id}"
-        )
+        if p.groups > 1:
+            from tianji_dask.dataflow.reducer import Reducer
+
+            self._reducer_address = self._learner_workers()[0]
+            self._reducer = client.submit(Reducer, p.groups, actor=True, workers=[self._reducer_address],
+                                          key=f"tianji-reducer-{self.run_id}").result()
+        for group in range(p.groups):
+            self._learner_futures.append(self._submit_learner(self._spec(explorer_workers, group), group))
         try:
-            self._learner = self._learner_future.result()
+            self._learners = [future.result() for future in self._learner_futures]
         except RuntimeError as err:
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
             raise
         return self
 
+    def _learner_workers(self) -> list[str]:
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return sorted(a for a, w in workers.items() if w.get("resources", {}).get("LEARNER"))
+
+    def _submit_learner(self, spec: dict, group: int, attempt: int = 0):
+        """The learner actor of ``group``; with several groups each on its own LEARNER worker
+        while there are enough of them (an actor does not hold its worker's resource)."""
+        from tianji_dask.dataflow.learner import Learner
+
+        key = f"tianji-learner-{self.run_id}" + (f"-g{group}" if self.pipeline.groups > 1 else "") + (f"-r{attempt}" if attempt else "")
+        workers = None
+        if self.pipeline.groups > 1:
+            homes = self._learner_workers()
+            workers = [homes[group % len(homes)]] if homes else None
+        return self.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
+
     def _run_single(self) -> None:
         self._final = self._single.run()
 
     def status(self) -> dict:
+        """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
         if self._single is not None:
             status = self._single.status()
             status["done"] = self._final is not None
             return status
-        if self._learner is None:
+        if not self._learners:
             return {"done": False}
-        return dict(self._learner.status().result(timeout=30))
+        return self._pool_status([dict(learner.status().result(timeout=30)) for learner in self._learners])
 
-    def controller_state(self, history: bool = False) -> dict:
-        """The controller's live state (window, targets, staleness so far, credits)."""
+    def _pool_status(self, statuses: list[dict]) -> dict:
+        if len(statuses) == 1:
+            return statuses[0]
+        stop = self.pipeline.stop
+        recent = sorted(tuple(e) for s in statuses for e in s.get("recent_episodes", ()))[-stop.window:]
+        mean = sum(r for _, r in recent) / len(recent) if recent else None
+
+        def total(key):
+            return sum(s.get(key) or 0 for s in statuses)
+
+        known = [s["staleness_recent_mean"] for s in statuses if s.get("staleness_recent_mean") is not None]
+        groups = [{k: v for k, v in s.items() if k != "recent_episodes"} for s in statuses]
+        return {
+            "version": min(s.get("version", 0) for s in statuses), "updates": total("updates"),
+            "env_steps": total("env_steps"), "episodes": total("episodes"), "mean_return": mean,
+            "elapsed_s": max((s.get("elapsed_s") or 0) for s in statuses), "env_steps_per_s": total("env_steps_per_s"),
+            "staleness_recent_mean": sum(known) / len(known) if known else None,
+            "solved": (stop.target_return is not None and len(recent) == stop.window and mean >= stop.target_return),
+            "stop_reason": self._group_stop or next((s["stop_reason"] for s in statuses if s.get("stop_reason")), None),
+            "chunks_lost": total("chunks_lost"), "chunks_dropped": total("chunks_dropped"),
+            "chunks_in_flight": total("chunks_in_flight"), "window": total("window"),
+            "fusions": min(s.get("fusions", 0) for s in statuses),
+            "done": all(s.get("done") for s in statuses), "groups": groups,
+        }
+
+    def controller_state(self, history: bool = False, group: int | None = None) -> dict:
+        """The controller's live state (window, targets, staleness so far, credits): group 0's,
+        with every group's under "groups" in group mode, or one ``group``'s."""
         if self.client is None:
             raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
-        return self.client.sync(self.client.scheduler.tianji_state, history=history)
+        return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group)
 
     def live(self, height: int = 1000):
         """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
@@ -295,8 +367,8 @@ class Run:
     def stop(self) -> None:
         if self._single is not None:
             self._single.stop()
-        elif self._learner is not None:
-            self._learner.stop().result(timeout=30)
+        for learner in self._learners:
+            learner.stop().result(timeout=30)
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
         """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
@@ -305,35 +377,63 @@ class Run:
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
-            try:
+            if self._single is not None:
                 status = self.status()
-            except Exception as err:  # noqa: BLE001 - the learner's worker is gone
-                if self._single is not None or self._learner is None:
-                    raise
-                self._rebuild_learner(err)
-                continue
+            else:
+                statuses = []
+                for group, learner in enumerate(self._learners):
+                    try:
+                        statuses.append(dict(learner.status().result(timeout=30)))
+                    except Exception as err:  # noqa: BLE001 - the learner's worker is gone
+                        self._rebuild_learner(err, group)
+                        break
+                if len(statuses) < len(self._learners):
+                    continue
+                status = self._pool_status(statuses)
             if self._t_run_start is None and status.get("elapsed_s") is not None:
                 self._t_run_start = time.time() - status["elapsed_s"]
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
                 if self._single is None:
-                    self._final = self._learner.final().result(timeout=60)
+                    self._final = [learner.final().result(timeout=60) for learner in self._learners]
                 break
+            if not stopped and self.pipeline.groups > 1:
+                self._group_stop = self._group_stop or self._groups_stop_reason(status, statuses)
+                if self._group_stop:
+                    self.stop()
+                    stopped = True
             if deadline is not None and time.time() > deadline and not stopped:
                 self.stop()
                 stopped = True
             time.sleep(poll_s)
         return self._write()
 
-    def _rebuild_learner(self, err: Exception, attempts: int = 3, wait_s: float = 120) -> None:
-        """The learner's worker was lost: rebuild the learner from the newest checkpoint on a
-        LEARNER worker (waiting for one to come back), at most ``attempts`` times per run."""
+    def _groups_stop_reason(self, pooled: dict, statuses: list[dict]) -> str | None:
+        """Group mode: the run stops all groups together, on the pooled figures, or when one
+        group has ended on its own (its time budget, an error)."""
+        stop = self.pipeline.stop
+        if stop.on_solve and pooled["solved"]:
+            return "solved"
+        if stop.max_env_steps and pooled["env_steps"] >= stop.max_env_steps:
+            return "max_env_steps"
+        if stop.max_updates and pooled["updates"] >= stop.max_updates:
+            return "max_updates"
+        ended = next((s for s in statuses if s.get("stop_reason")), None)
+        if ended is None:
+            return None
+        return ended["stop_reason"] if ended["stop_reason"] == "max_seconds" else f"group {ended.get('group')}: {ended['stop_reason']}"
+
+    def _rebuild_learner(self, err: Exception, group: int = 0, attempts: int = 3, wait_s: float = 120) -> None:
+        """A learner's worker was lost: rebuild that learner from its newest checkpoint on a
+        LEARNER worker (waiting for one to come back), at most ``attempts`` times per run. In
+        group mode the other groups go on; the rebuilt learner rejoins the reducer's rounds."""
         from tianji_dask import checkpoint
         from tianji_dask.cluster import check_roles
-        from tianji_dask.dataflow.learner import Learner
 
-        ckpt_dir = self.out / "checkpoints"
+        if self._single is not None or not self._learners:
+            raise err
+        ckpt_dir = self._checkpoint_dirs()[group]
         if len(self._restarts) >= attempts:
             raise RuntimeError(f"learner: lost {len(self._restarts) + 1} times, giving up (last: {err}); "
                                f"`tianji-dask resume {self.out}` continues from the newest checkpoint") from None
@@ -342,38 +442,88 @@ class Run:
         except checkpoint.CheckpointError:
             raise RuntimeError(f"learner: lost ({err}) before its first checkpoint; nothing to rebuild from") from None
         check_roles(self.client, timeout=wait_s)  # a LEARNER worker again (a nanny restarts a dead one)
-        spec = self._spec(self._explorer_workers)
+        spec = self._spec(self._explorer_workers, group)
         # the crash's lost time counts: the rebuilt learner keeps the run's start
         spec.update(resume_from=str(path.resolve()), rebuilt=True, keep_t_run_start=self._t_run_start)
-        self._restarts.append({"t": time.time(), "error": str(err)[:500], "checkpoint": str(path)})
-        self._learner_future = self.client.submit(
-            Learner, spec, actor=True, resources={"LEARNER": 1},
-            key=f"tianji-learner-{self.run_id}-r{len(self._restarts)}",
-        )
-        self._learner = self._learner_future.result()
+        self._restarts.append({"t": time.time(), "group": group, "error": str(err)[:500], "checkpoint": str(path)})
+        self._learner_futures[group] = self._submit_learner(spec, group, attempt=len(self._restarts))
+        self._learners[group] = self._learner_futures[group].result()
 
     def _write(self) -> dict:
-        final = self._final
-        results = dict(final["results"])
+        if isinstance(self._final, list) and len(self._final) > 1:
+            results, episodes, chunks = self._pool_results(self._final)
+        else:
+            final = self._final[0] if isinstance(self._final, list) else self._final
+            results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
         p = self.pipeline
         results.update(
             run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.name, seed=p.seed,
-            explorers=p.explorers, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
+            explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
             pipeline_config=p.model_dump(mode="json"),
         )
         results["learner_restarts"] = self._restarts
         if self._single is None:
             results["controller"] = self._controller_final()
-        self.results_path = write_results(self.out, results, final["episodes"], final["chunks"])
+        self.results_path = write_results(self.out, results, episodes, chunks)
         self.results = results
         self.close()
         return results
 
+    def _pool_results(self, finals: list[dict]) -> tuple[dict, np.ndarray, np.ndarray]:
+        """Group mode: the run's results over all groups' episodes and chunks pooled (time to
+        solve by the same rule as one learner's), each group's own under "group_results", and
+        the reducer's record of every fusion under "fusion"."""
+        from tianji_dask.metrics import CHUNK_FIELDS, staleness_summary, time_to_solve
+
+        per = [f["results"] for f in finals]
+        episodes = np.concatenate([f["episodes"] for f in finals])
+        episodes = episodes[np.argsort(episodes[:, 0], kind="stable")]
+        chunks = np.concatenate([f["chunks"] for f in finals])
+        chunks = chunks[np.argsort(chunks[:, 0], kind="stable")]
+        stop = self.pipeline.stop
+        t0, tp = min(r["t_run_start"] for r in per), per[0]["t_process_start"]
+        solved_at = time_to_solve(episodes, stop.target_return, stop.window) if stop.target_return is not None else None
+        wall = max(r["t_run_start"] + r["wall_s"] for r in per) - t0
+
+        def total(key):
+            return sum(r[key] for r in per)
+
+        dropped: dict[str, int] = {}
+        for r in per:
+            for reason, n in r["chunks_dropped"].items():
+                dropped[reason] = dropped.get(reason, 0) + n
+        ages = chunks[:, CHUNK_FIELDS.index("age_s")]
+        errors = [f"group {g}: {r['error']}" for g, r in enumerate(per) if r.get("error")]
+        results = dict(per[0])
+        results.update(
+            solved=solved_at is not None, time_to_solve_s=None if solved_at is None else solved_at - t0,
+            time_to_solve_from_process_start_s=None if solved_at is None else solved_at - tp,
+            stop_reason=self._group_stop or next((r["stop_reason"] for r in per if r["stop_reason"]), None),
+            t_run_start=t0, wall_s=wall, env_steps=total("env_steps"), env_steps_trained=total("env_steps_trained"),
+            updates=total("updates"), final_version=[r["final_version"] for r in per], episodes=len(episodes),
+            final_mean_return=float(episodes[-stop.window:, 1].mean()) if len(episodes) else None,
+            env_steps_per_s=total("env_steps") / wall, samples_per_s_consumed=total("samples_per_s_consumed"),
+            chunks=len(chunks), chunks_per_s=len(chunks) / wall, bytes_per_s=total("bytes_per_s"),
+            chunks_lost=total("chunks_lost"), lost=[x for r in per for x in r["lost"]][:100], chunks_dropped=dropped,
+            learner_busy_fraction=[r["learner_busy_fraction"] for r in per],
+            explorer_busy_fraction=total("explorer_busy_fraction"),
+            staleness_versions=staleness_summary(chunks[:, CHUNK_FIELDS.index("staleness_versions")]),
+            age_s={"mean": float(ages.mean()) if ages.size else None, "p95": float(np.percentile(ages, 95)) if ages.size else None,
+                   "max": float(ages.max()) if ages.size else None},
+            error="\n".join(errors) or None, checkpoint=[r["checkpoint"] for r in per],
+            fusion={**self._reduce, "rounds": self._reducer.rounds().result(timeout=60)},
+            group_results=[{k: v for k, v in r.items() if k not in ("lost",)} for r in per],
+        )
+        return results, episodes, chunks
+
     def _controller_final(self, settle_s: float = 5.0) -> dict:
         # cancelled explorer tasks return their credits when the scheduler forgets them
+        def in_flight(state):
+            return sum(g["chunks_in_flight"] for g in state.get("groups", [state]))
+
         deadline = time.time() + settle_s
         state = self.controller_state(history=True)
-        while state["chunks_in_flight"] and time.time() < deadline:
+        while in_flight(state) and time.time() < deadline:
             time.sleep(0.05)
             state = self.controller_state(history=True)
         return state
@@ -382,9 +532,9 @@ class Run:
         if self._own_client and self.client is not None:
             self.client.close()
             self.client = None
-        if self._learner_job is not None:
-            self.cluster.sync(self._learner_job.close)
-            self._learner_job = None
+        for job in self._learner_jobs:
+            self.cluster.sync(job.close)
+        self._learner_jobs = []
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None

@@ -106,6 +106,29 @@ class Algorithm(ABC):
         """Counts worth reporting with the results (e.g. segments dropped as too stale)."""
         return {}
 
+    # ---- group mode ------------------------------------------------------------------------
+    def model_state(self) -> dict[str, np.ndarray]:
+        """Every floating-point parameter and buffer of the learner's networks (target networks
+        and critics included), as CPU arrays: what group mode averages across learners. Optimizer
+        states are not part of it (TianJi does not merge them either)."""
+        out = {}
+        for name, module in self._modules():
+            for key, tensor in module.state_dict().items():
+                if tensor.is_floating_point():
+                    out[f"{name}.{key}"] = tensor.detach().cpu().numpy().copy()
+        return out
+
+    def load_model_state(self, state: dict[str, np.ndarray]) -> None:
+        """Overwrite the networks' floating-point tensors from ``model_state``-shaped arrays."""
+        with torch.no_grad():
+            for name, module in self._modules():
+                for key, tensor in module.state_dict().items():
+                    if tensor.is_floating_point():
+                        tensor.copy_(torch.as_tensor(state[f"{name}.{key}"]).to(tensor.device))
+
+    def _modules(self) -> list[tuple[str, torch.nn.Module]]:
+        return sorted((name, value) for name, value in vars(self).items() if isinstance(value, torch.nn.Module))
+
     @abstractmethod
     def state_dict(self) -> dict: ...
 

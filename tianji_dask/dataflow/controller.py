@@ -107,17 +107,12 @@ def replay_gate(rho_min: float | None, samples_trained: float, env_steps: float,
     return samples_trained >= rho_min * (env_steps + in_flight * chunk_env_steps)
 
 
-class StalenessController(SchedulerPlugin):
-    name = "tianji"
-    idempotent = True
+class Books:
+    """One learner's admission and accounting: its window law, credits, counters and history.
+    A run has one per group (one without groups has one); the plugin routes by group."""
 
-    def __init__(self, window: int = 2):
-        self.scheduler = None
-        self._reset(run_id=None, law={"window": window}, learner_address=None)
-
-    # ---- state --------------------------------------------------------------------------
-    def _reset(self, run_id, law: dict, learner_address, chunk_env_steps: int = 1):
-        self.run_id = run_id
+    def __init__(self, group: int, law: dict, learner_address=None, chunk_env_steps: int = 1):
+        self.group = group
         self.law = WindowLaw(
             law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
             w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", 0.5),
@@ -153,7 +148,6 @@ class StalenessController(SchedulerPlugin):
         self.window_log: deque[tuple] = deque(maxlen=WINDOW_LOG_LEN)
         # the learner's own figures, sent about twice a second: dicts with "t" added
         self.learner_series: deque[dict] = deque(maxlen=SERIES_LEN)
-        self.t_reset = time.time()
 
     @property
     def window(self) -> int:
@@ -170,58 +164,6 @@ class StalenessController(SchedulerPlugin):
             "window": self.window, "rho_min": self.rho_min, "rho_max": self.rho_max,
             "max_staleness": self.max_staleness, "params_version": self.params_version,
         }
-
-    # ---- plugin hooks -------------------------------------------------------------------
-    async def start(self, scheduler):
-        self.scheduler = scheduler
-        # what a user watches: tianji_* series on /metrics and the /tianji dashboard page (here
-        # as the fallback route when the page was not installed before the scheduler started);
-        # neither may stop the controller from working
-        try:
-            from tianji_dask.observe import dashboard, prometheus
-
-            prometheus.watch(self)
-            dashboard.ensure_page(scheduler)
-        except Exception as err:  # noqa: BLE001
-            logger.warning("tianji: dashboard page or metrics not installed: %s", err)
-        scheduler.handlers.update(
-            {
-                "tianji_begin": self.begin,
-                "tianji_cycle": self.cycle,
-                "tianji_state": self.state,
-                "tianji_configure": self.configure,
-            }
-        )
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if finish not in ("erred", "forgotten") or not isinstance(key, str) or key not in self.credited:
-            return
-        self.credited.discard(key)
-        if finish == "erred":
-            self.returned_erred += 1
-        else:
-            self.returned_forgotten += 1
-
-    def valid_workers_downscaling(self, scheduler, workers):
-        """Adaptive clusters never retire the learner's worker: its actor would be lost."""
-        return [ws for ws in workers if not ws.resources.get("LEARNER")]
-
-    def remove_worker(self, scheduler, worker, **kwargs):
-        if self.learner_address is not None and worker == self.learner_address:
-            self.learner_lost = True
-            scheduler.log_event("tianji.learner_lost", {"run_id": self.run_id, "worker": worker})
-
-    # ---- handlers (called by the learner and by clients) --------------------------------
-    def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1,
-              rebuilt: bool = False) -> dict:
-        """Start a run's accounting afresh (one run at a time per scheduler); ``rebuilt``: the same
-        run's learner came back after its worker was lost, so the books and the law go on."""
-        if rebuilt and run_id == self.run_id:
-            self.learner_address, self.learner_lost = learner_address, False
-            self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "worker": learner_address})
-            return self.params()
-        self._reset(run_id, law, learner_address, chunk_env_steps)
-        return self.params()
 
     def cycle(self, consumed: list | None = None, want: list | None = None, learner_version: int | None = None,
               progress: dict | None = None, learner_status: dict | None = None) -> dict:
@@ -275,11 +217,10 @@ class StalenessController(SchedulerPlugin):
         self.granted_total += len(granted)
         return {"granted": granted, **self.params()}
 
-    def configure(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
-                  window_max: int | None = None, gain: float | None = None, replay_ratio=...,
-                  max_staleness=...) -> dict:
-        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
-        max_staleness switches that part off; an omitted argument is left as it is)."""
+    def check(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
+              window_max: int | None = None, gain: float | None = None, replay_ratio=...,
+              max_staleness=...) -> None:
+        """Raise ValueError naming the field if ``configure`` would refuse these settings."""
         def bad(msg):
             raise ValueError(msg)
 
@@ -299,6 +240,13 @@ class StalenessController(SchedulerPlugin):
                 bad(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(replay_ratio)})")
         if max_staleness not in (..., None) and int(max_staleness) < 0:
             bad(f"max_staleness: must be >= 0 or None (got {max_staleness})")
+
+    def configure(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
+                  window_max: int | None = None, gain: float | None = None, replay_ratio=...,
+                  max_staleness=...) -> dict:
+        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
+        max_staleness switches that part off; an omitted argument is left as it is)."""
+        self.check(window, staleness_target, window_min, window_max, gain, replay_ratio, max_staleness)
         self.law.configure(target=staleness_target, w_min=window_min, w_max=window_max, gain=gain, window=window)
         if replay_ratio is not ...:
             self.rho_min, self.rho_max = (None, None) if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1]))
@@ -311,7 +259,7 @@ class StalenessController(SchedulerPlugin):
     def state(self, history: bool = False) -> dict:
         n = self.chunks_consumed
         out = {
-            "run_id": self.run_id,
+            "group": self.group,
             "window": self.window,
             "window_min": self.law.w_min,
             "window_max": self.law.w_max,
@@ -347,4 +295,117 @@ class StalenessController(SchedulerPlugin):
             out["history"] = [list(row) for row in self.history]
             out["window_log"] = [list(row) for row in self.window_log]
             out["learner_series"] = list(self.learner_series)
+        return out
+
+
+class StalenessController(SchedulerPlugin):
+    """The scheduler plugin: one run's books, one per group, and the handlers that reach them.
+
+    Attributes not found on the plugin are read from group 0's books, so a run without groups
+    (and the dashboard, which shows group 0) reads it as one set of books."""
+
+    name = "tianji"
+    idempotent = True
+
+    def __init__(self, window: int = 2):
+        self.scheduler = None
+        self.run_id = None
+        self.groups: dict[int, Books] = {0: Books(0, {"window": window})}
+        self.t_reset = time.time()
+
+    @property
+    def primary(self) -> Books:
+        return self.groups[min(self.groups)]
+
+    def __getattr__(self, name):
+        groups = self.__dict__.get("groups")
+        if name.startswith("_") or not groups:
+            raise AttributeError(name)
+        return getattr(groups[min(groups)], name)
+
+    # ---- plugin hooks -------------------------------------------------------------------
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+        # what a user watches: tianji_* series on /metrics and the /tianji dashboard page (here
+        # as the fallback route when the page was not installed before the scheduler started);
+        # neither may stop the controller from working
+        try:
+            from tianji_dask.observe import dashboard, prometheus
+
+            prometheus.watch(self)
+            dashboard.ensure_page(scheduler)
+        except Exception as err:  # noqa: BLE001
+            logger.warning("tianji: dashboard page or metrics not installed: %s", err)
+        scheduler.handlers.update(
+            {
+                "tianji_begin": self.begin,
+                "tianji_cycle": self.cycle,
+                "tianji_state": self.state,
+                "tianji_configure": self.configure,
+            }
+        )
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish not in ("erred", "forgotten") or not isinstance(key, str) or not key.startswith(EXPLORE_PREFIX):
+            return
+        for books in self.groups.values():
+            if key in books.credited:
+                books.credited.discard(key)
+                if finish == "erred":
+                    books.returned_erred += 1
+                else:
+                    books.returned_forgotten += 1
+                return
+
+    def valid_workers_downscaling(self, scheduler, workers):
+        """Adaptive clusters never retire the learner's worker: its actor would be lost."""
+        return [ws for ws in workers if not ws.resources.get("LEARNER")]
+
+    def remove_worker(self, scheduler, worker, **kwargs):
+        for books in self.groups.values():
+            if books.learner_address is not None and worker == books.learner_address:
+                books.learner_lost = True
+                scheduler.log_event("tianji.learner_lost", {"run_id": self.run_id, "group": books.group, "worker": worker})
+
+    # ---- handlers (called by the learner and by clients) --------------------------------
+    def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1,
+              rebuilt: bool = False, group: int = 0) -> dict:
+        """Start a run's accounting afresh (one run at a time per scheduler; each group's learner
+        opens its own books); ``rebuilt``: the same run's learner came back after its worker was
+        lost, so its books and law go on."""
+        if rebuilt and run_id == self.run_id and group in self.groups:
+            books = self.groups[group]
+            books.learner_address, books.learner_lost = learner_address, False
+            self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "group": group, "worker": learner_address})
+            return books.params()
+        if run_id != self.run_id:
+            self.run_id, self.groups, self.t_reset = run_id, {}, time.time()
+        self.groups[group] = Books(group, law, learner_address, chunk_env_steps)
+        return self.groups[group].params()
+
+    def _books(self, group: int) -> Books:
+        try:
+            return self.groups[group]
+        except KeyError:
+            raise ValueError(f"group: run {self.run_id} has no group {group}") from None
+
+    def cycle(self, group: int = 0, **report) -> dict:
+        return self._books(group).cycle(**report)
+
+    def configure(self, group: int | None = None, **settings) -> dict:
+        """Change the law of one group, or of every group (``group=None``); see Books.configure."""
+        targets = list(self.groups.values()) if group is None else [self._books(group)]
+        for books in targets:
+            books.check(**settings)  # all or nothing: no group is changed if one value is bad
+        for books in targets:
+            books.configure(**settings)
+        return self.state(group=group)
+
+    def state(self, history: bool = False, group: int | None = None) -> dict:
+        """One group's state; with ``group=None``, group 0's, and every group's under "groups"
+        when there are several."""
+        books = self.primary if group is None else self._books(group)
+        out = {"run_id": self.run_id, **books.state(history)}
+        if group is None and len(self.groups) > 1:
+            out["groups"] = [{"run_id": self.run_id, **b.state(history)} for _, b in sorted(self.groups.items())]
         return out

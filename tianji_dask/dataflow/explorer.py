@@ -1,7 +1,8 @@
 """Explorer side: a per-worker pool of live environments and the ``explore_chunk`` task.
 
 The pool (a WorkerPlugin) keeps one vector env per explorer stream, so episodes continue across
-chunks, and one policy object rebuilt only when a new weights version arrives. The task itself is
+chunks, and one policy object per learner group, loaded only when a new weights version of that
+group arrives. The task itself is
 short and idempotent: if its worker dies, Dask reruns it elsewhere and that stream's episode
 restarts there.
 """
@@ -37,8 +38,7 @@ class EnvPool(WorkerPlugin):
         self.make_policy = make_policy
         self.seed = seed
         self.rollouts: dict[int, Rollout] = {}
-        self.policy = None
-        self.policy_version = -1
+        self.policies: dict[int, list] = {}  # group -> [policy, version]: groups' versions are independent
         self.env_steps = 0
         self.rebuilds = 0
 
@@ -48,7 +48,7 @@ class EnvPool(WorkerPlugin):
         torch.set_num_threads(1)  # explorers do small-batch inference; threads only contend
         worker.metrics["tianji"] = lambda w: {
             "env_steps": self.env_steps,
-            "policy_version": self.policy_version,
+            "policy_version": max((v for _, v in self.policies.values()), default=-1),
             "streams": len(self.rollouts),
         }
 
@@ -67,22 +67,25 @@ class EnvPool(WorkerPlugin):
             self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs)
         return self.rollouts[explorer_id]
 
-    def policy_for(self, weights: dict, policy_version: int):
-        if self.policy is None:
-            self.policy = self.make_policy()
-        if policy_version != self.policy_version:
-            self.policy.set_weights(weights)
-            self.policy_version = policy_version
-        return self.policy
+    def policy_for(self, weights: dict, policy_version: int, group: int = 0):
+        entry = self.policies.get(group)
+        if entry is None:
+            entry = self.policies[group] = [self.make_policy(), -1]
+        if policy_version != entry[1]:
+            entry[0].set_weights(weights)
+            entry[1] = policy_version
+        return entry[0]
 
 
-def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict) -> dict:
-    """Step explorer ``explorer_id``'s envs ``n_steps`` times with policy ``policy_version``."""
+def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
+                  group: int = 0) -> dict:
+    """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
+    ``policy_version``."""
     pool: EnvPool = get_worker().plugins[POOL_NAME]
     if pool.run_id != run_id:
         raise RuntimeError(f"explorer pool belongs to run {pool.run_id}, task to run {run_id}")
     with context_meter.meter("policy-load"):
-        policy = pool.policy_for(weights, policy_version)
+        policy = pool.policy_for(weights, policy_version, group)
     rollout = pool.rollout(explorer_id)
     t0 = time.perf_counter()
     with context_meter.meter("env-step"):

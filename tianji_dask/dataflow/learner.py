@@ -37,13 +37,17 @@ class Learner:
         """``spec``: run_id, mode, explorers, chunk_steps, chunk_env_steps, law (the controller's
         settings), publish_every, updates_per_pass, drop_on_refresh, threads, explorer_workers,
         t_process_start, stop (a StopConfig), make_algo (a picklable zero-argument callable
-        building the algorithm)."""
+        building the algorithm). Group mode adds group, streams (this group's explorer stream
+        ids), reduce ({"every", "barrier"}) and reducer ((address, key) of the Reducer actor)."""
         self._worker = get_worker()
         self._client = get_client()  # background threads have no worker context: capture it here
         sys.setswitchinterval(0.001)  # a Python-heavy learner thread otherwise slows comms 5-15x
         prepare_torch(spec["threads"])
         self.spec = spec
         self.run_id = spec["run_id"]
+        self.group = int(spec.get("group", 0))
+        self.streams = list(spec.get("streams") or range(spec["explorers"]))
+        self._tag = f"{self.run_id}-g{self.group}" if spec.get("reducer") else self.run_id  # in task and data keys
         self.algo = spec["make_algo"]()
         self.algo.to_device(learner_device(spec.get("device", "cpu")))
         self.version = 0
@@ -62,8 +66,22 @@ class Learner:
         rebuilt = {"rebuilt": True} if spec.get("rebuilt") else {}
         self._apply_params(self._client.sync(
             self._client.scheduler.tianji_begin, run_id=self.run_id, law=spec["law"],
-            learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"], **rebuilt,
+            learner_address=self._worker.address, chunk_env_steps=spec["chunk_env_steps"], group=self.group, **rebuilt,
         ))
+        # group mode: the model is offered to the reducer every reduce["every"] updates
+        self._reducer = None
+        self._fusion: dict | None = None  # the offer waiting for its round's fused model
+        self._fusions: list[dict] = []  # one row per fused model installed
+        self._updates_since_fusion = 0
+        self._must_publish = False
+        if spec.get("reducer"):
+            from distributed.actor import Actor
+
+            from tianji_dask.dataflow.reducer import Reducer
+
+            address, key = spec["reducer"]
+            self._reducer = Actor(Reducer, address, key, worker=self._worker)
+            self._round = int(self._reducer.join(self.group).result())
         self.t_run_start = time.time()  # run start: cluster up, learner built
         self.ledger = Ledger(
             spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
@@ -123,10 +141,11 @@ class Learner:
         if not checkpoint.all_finite(weights):
             raise checkpoint.NumericFault(f"numeric: non-finite weights at version {self.version}; not published, "
                                           f"the run stops, the last good checkpoint is kept")
-        key = f"tianji-weights-{self.run_id}-{self.version}"
+        key = f"tianji-weights-{self._tag}-{self.version}"
         coro = self._client._scatter({key: weights}, hash=False, workers=[self._worker.address], direct=True)
         self._publishing = (self.version, key, asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop))
         self._published_version = self.version
+        self._must_publish = False
         if wait:
             self._publishing[2].result()
         self._newest_weights()
@@ -143,7 +162,7 @@ class Learner:
     def _loop(self) -> None:
         spec, algo, ledger = self.spec, self.algo, self.ledger
         lockstep = spec["mode"] == "lockstep"
-        streams = range(spec["explorers"])
+        streams = self.streams
         per_stream = {eid: 0 for eid in streams}  # chunks in flight per explorer stream
         failures = {eid: 0 for eid in streams}  # consecutive failed chunks per stream
         reports: list[list] = []  # consumed rows not yet reported to the controller
@@ -163,7 +182,7 @@ class Learner:
             n_want = self._wanted(lockstep, round_open, len(streams), len(pending))
 
             # 1. receive whatever has arrived; block only when there is nothing else to do
-            must_wait = (lockstep and round_open) or (not algo.ready() and not n_want)
+            must_wait = ((lockstep and round_open) or (not algo.ready() and not n_want)) and not self._holding()
             batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
             for fut, chunk in batch:
                 _, eid, submit_version, _ = self._in_flight.pop(fut.key)
@@ -191,16 +210,16 @@ class Learner:
 
             # 2. lockstep trains only when the whole round is in, then broadcasts
             if lockstep and round_open and not self._in_flight:
-                while algo.ready() and ledger.check_stop() is None:
+                while algo.ready() and not self._holding() and ledger.check_stop() is None:
                     self._learn_once()
                 round_open = False
-                n_want = len(streams)
+                n_want = self._wanted(lockstep, round_open, len(streams), len(pending))
 
             # 3. ask for work for the least-loaded streams before training, so explorers run
             #    while we train; report consumed chunks at least every REPORT_EVERY_S
             now = time.time()
             if n_want or (reports and now - last_report >= REPORT_EVERY_S) or now - last_report >= LEARNER_STATUS_EVERY_S:
-                if n_want and (self.version - self._published_version >= spec["publish_every"] or (
+                if n_want and (self.version - self._published_version >= spec["publish_every"] or self._must_publish or (
                     lockstep and self._published_version != self.version
                 )):
                     # on-policy data and lockstep rounds need the new version itself; off-policy
@@ -210,13 +229,13 @@ class Learner:
                 want = []
                 for _ in range(n_want):
                     eid = min(streams, key=lambda e: per_stream[e] + sum(1 for _, w in want if w == e))
-                    want.append((f"tianji-explore-{self.run_id}-{uuid.uuid4().hex[:12]}", eid))
+                    want.append((f"tianji-explore-{self._tag}-{uuid.uuid4().hex[:12]}", eid))
                 status = None
                 if now - last_sent_status >= LEARNER_STATUS_EVERY_S:
                     status, last_sent_status = self._learner_status(now), now
                 reply = self._client.sync(
                     self._client.scheduler.tianji_cycle, consumed=reports, want=[k for k, _ in want],
-                    learner_version=self.version, progress=self._progress(), learner_status=status,
+                    learner_version=self.version, progress=self._progress(), learner_status=status, group=self.group,
                 )
                 reports, reported_futs, last_report = [], [], now
                 self._apply_params(reply)
@@ -224,7 +243,7 @@ class Learner:
                 for key, eid in want[: len(reply["granted"])]:
                     home = self._home(eid)
                     fut = self._client.submit(
-                        explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore,
+                        explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore, self.group,
                         key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
                     )
                     per_stream[eid] += 1
@@ -239,9 +258,14 @@ class Learner:
             #    arriving chunks are picked up between updates
             if not lockstep:
                 for _ in range(spec["updates_per_pass"]):
-                    if not algo.ready() or ledger.check_stop() is not None:
+                    if not algo.ready() or self._holding() or ledger.check_stop() is not None:
                         break
                     self._learn_once()
+
+            if self._reducer is not None:
+                self._fuse()
+                if self._holding() and not n_want:
+                    time.sleep(0.001)  # the barrier: nothing to do until the fused model is in
 
             if now - last_status >= STATUS_EVERY_S:
                 self._update_status(now)
@@ -249,7 +273,7 @@ class Learner:
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version,
-                          progress=self._progress(), learner_status=self._learner_status(time.time()))
+                          progress=self._progress(), learner_status=self._learner_status(time.time()), group=self.group)
         for fut, eid, _, _ in pending:
             ledger.record_lost(fut.key, eid, "received, not trained on at stop")
         outstanding = [entry[0] for entry in self._in_flight.values()]
@@ -331,6 +355,8 @@ class Learner:
         window, and none while the replay ratio would fall below its floor. The controller
         decides; this local pre-check only saves a scheduler round trip per update."""
         in_flight = len(self._in_flight)
+        if self._holding():
+            return 0  # the barrier: explorers get the fused model, not this one
         if lockstep:
             return n_streams if not round_open and not in_flight else 0
         n_want = max(0, self._ctl["window"] - in_flight - waiting)
@@ -392,8 +418,55 @@ class Learner:
         checkpoint.check_finite(metrics, self.version)
         self.ledger.record_update(metrics, time.perf_counter() - t0)
         self.version += 1
+        self._updates_since_fusion += 1
+        if self._reducer is not None:
+            self._fuse()
         if self._ckpt.due(self.version):
             self._write_checkpoint()
+
+    # ---- group mode ---------------------------------------------------------------------
+    def _holding(self) -> bool:
+        """Barrier mode, between an offer and the fused model's arrival: no updates, no new work."""
+        return self._fusion is not None and self.spec["reduce"]["barrier"]
+
+    def _fuse(self) -> None:
+        """Offer the model every reduce["every"] updates; install the fused model once its round
+        is complete. Never blocks: the reducer's calls are polled, one in flight at a time.
+
+        Installing keeps what this learner learnt while it waited (asynchronous mode):
+        model = fused + (model now - model offered); under the barrier that difference is zero,
+        so it is the fused model itself. An install is a new version (explorers see the change)."""
+        f = self._fusion
+        if f is None:
+            if self._updates_since_fusion >= self.spec["reduce"]["every"] and not self._stop.is_set():
+                offered = self.algo.model_state()
+                call = self._reducer.offer(self.group, self._round, self.version, offered)
+                self._fusion = {"round": self._round, "offered": offered, "version": self.version, "t": time.time(),
+                                "call": call, "take": None}
+            return
+        if f["take"] is None:
+            if f["call"].done():
+                f["call"].result()  # raises if the reducer refused the offer
+                f["take"] = self._reducer.take(f["round"])
+            return
+        if not f["take"].done():
+            return
+        fused = f["take"].result()
+        if fused is None:  # not complete yet: ask again
+            f["take"] = self._reducer.take(f["round"])
+            return
+        model, versions = fused
+        now = self.algo.model_state()
+        self.algo.load_model_state({k: model[k] + (now[k] - f["offered"][k]) for k in model})
+        self.version += 1
+        self._fusions.append({
+            "round": f["round"], "offered_version": f["version"], "installed_version": self.version,
+            "versions": {int(g): int(v) for g, v in versions.items()}, "wait_s": time.time() - f["t"],
+        })
+        self._round += 1
+        self._updates_since_fusion = 0
+        self._fusion = None
+        self._must_publish = True
 
     def _write_checkpoint(self) -> None:
         if not checkpoint.all_finite(self.algo.get_weights()):
@@ -404,7 +477,11 @@ class Learner:
     def _update_status(self, now: float) -> None:
         status = self.ledger.status(self.version, now)
         status["chunks_in_flight"] = len(self._in_flight)
-        status["explorer_homes"] = {eid: self._homes[eid % len(self._homes)] for eid in range(self.spec["explorers"])} if self._homes else {}
+        status["explorer_homes"] = {eid: self._homes[eid % len(self._homes)] for eid in self.streams} if self._homes else {}
+        if self._reducer is not None:
+            window = self.spec["stop"].window
+            status.update(group=self.group, fusions=len(self._fusions), waiting_for_fusion=self._fusion is not None,
+                          recent_episodes=[[t, r] for t, r, _, _ in self.ledger.episodes[-window:]])
         status["window"] = self._ctl.get("window")
         status["replay_ratio"] = self._replay_ratio()
         if self._tb is not None:
@@ -421,6 +498,7 @@ class Learner:
         results = ledger.results(self.version, extra={
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
+            **({"group": self.group, "fusions": self._fusions} if self._reducer is not None else {}),
         })
         self._weights.clear()
         if self._publishing is not None:

@@ -26,41 +26,46 @@ class TianjiCollector:
         if ctl is None or ctl.run_id is None:
             return
         run = ctl.run_id
-        learner = ctl.learner_series[-1] if ctl.learner_series else {}
+        families: dict[str, object] = {}
 
-        def gauge(name, doc, value):
-            g = GaugeMetricFamily(f"tianji_{name}", doc, labels=["run"])
-            g.add_metric([run], float("nan") if value is None else float(value))
-            return g
+        def family(kind, name, doc):
+            if name not in families:
+                families[name] = kind(f"tianji_{name}", doc, labels=["run", "group"])
+            return families[name]
 
-        def counter(name, doc, value):
-            c = CounterMetricFamily(f"tianji_{name}", doc, labels=["run"])
-            c.add_metric([run], float(value))
-            return c
+        for group, books in sorted(ctl.groups.items()):
+            labels = [run, str(group)]
+            learner = books.learner_series[-1] if books.learner_series else {}
 
-        yield gauge("learner_version", "Learner version (optimizer updates)", ctl.learner_version)
-        yield counter("chunks_consumed", "Sample chunks consumed by the learner", ctl.chunks_consumed)
-        yield counter("chunks_dropped", "Chunks consumed but not trained on (filters, lag)", ctl.chunks_dropped)
-        yield counter("env_steps_consumed", "Env steps in consumed chunks", ctl.env_steps_consumed)
-        yield counter("credits_granted", "Explorer tasks admitted by the controller", ctl.granted_total)
-        yield gauge("chunks_in_flight", "Explorer chunks admitted and not yet consumed", ctl.chunks_in_flight)
-        yield gauge("window", "The controller's window (chunks in flight allowed)", ctl.window)
-        yield gauge("staleness_target", "Staleness target (versions); NaN when off", ctl.law.target)
-        n = ctl.chunks_consumed
-        s = SummaryMetricFamily("tianji_staleness_versions", "Staleness of consumed chunks (versions)", labels=["run"])
-        s.add_metric([run], count_value=n, sum_value=ctl.staleness_sum)
-        yield s
-        yield gauge("staleness_max_versions", "Largest staleness seen (versions)", ctl.staleness_max if n else None)
-        yield gauge("mean_return", "Running mean of training episode returns", learner.get("mean_return"))
-        yield gauge("updates", "Learner updates", learner.get("updates"))
-        yield gauge("replay_ratio", "Samples trained per env step", learner.get("replay_ratio"))
-        elapsed = learner.get("elapsed_s")
-        busy = learner.get("learn_s")
-        yield gauge("learner_busy_fraction", "Fraction of wall time the learner spent in updates",
-                    busy / elapsed if busy is not None and elapsed else None)
-        solved = learner.get("solved_s")
-        if solved is not None and not math.isnan(solved):
-            yield gauge("time_to_solve_seconds", "Seconds from run start to the solve", solved)
+            def gauge(name, doc, value):
+                family(GaugeMetricFamily, name, doc).add_metric(labels, float("nan") if value is None else float(value))
+
+            def counter(name, doc, value):
+                family(CounterMetricFamily, name, doc).add_metric(labels, float(value))
+
+            gauge("learner_version", "Learner version (optimizer updates)", books.learner_version)
+            counter("chunks_consumed", "Sample chunks consumed by the learner", books.chunks_consumed)
+            counter("chunks_dropped", "Chunks consumed but not trained on (filters, lag)", books.chunks_dropped)
+            counter("env_steps_consumed", "Env steps in consumed chunks", books.env_steps_consumed)
+            counter("credits_granted", "Explorer tasks admitted by the controller", books.granted_total)
+            gauge("chunks_in_flight", "Explorer chunks admitted and not yet consumed", books.chunks_in_flight)
+            gauge("window", "The controller's window (chunks in flight allowed)", books.window)
+            gauge("staleness_target", "Staleness target (versions); NaN when off", books.law.target)
+            n = books.chunks_consumed
+            family(SummaryMetricFamily, "staleness_versions", "Staleness of consumed chunks (versions)").add_metric(
+                labels, count_value=n, sum_value=books.staleness_sum)
+            gauge("staleness_max_versions", "Largest staleness seen (versions)", books.staleness_max if n else None)
+            gauge("mean_return", "Running mean of training episode returns", learner.get("mean_return"))
+            gauge("updates", "Learner updates", learner.get("updates"))
+            gauge("replay_ratio", "Samples trained per env step", learner.get("replay_ratio"))
+            elapsed = learner.get("elapsed_s")
+            busy = learner.get("learn_s")
+            gauge("learner_busy_fraction", "Fraction of wall time the learner spent in updates",
+                  busy / elapsed if busy is not None and elapsed else None)
+            solved = learner.get("solved_s")
+            if solved is not None and not math.isnan(solved):
+                gauge("time_to_solve_seconds", "Seconds from run start to the solve", solved)
+        yield from families.values()
 
 
 def watch(controller) -> None:
