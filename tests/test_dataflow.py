@@ -81,9 +81,23 @@ def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
     _check_results_files(run, results)
+    _check_time_split(results)
     # episodes outlive chunks: the explorers' env pools keep envs alive between tasks
     episodes = read_episodes(run.out)
     assert episodes[:, 2].max() > p.chunk_steps
+
+
+def _check_time_split(results):
+    """The learner's wall time is split without gaps or double counting, and the explorer tasks'
+    time as Dask metered it is mostly env stepping (what the dataflow-overhead figure is made of)."""
+    split = results["learner_time"]["seconds"]
+    assert split["learn"] == pytest.approx(results["learner_busy_fraction"] * results["wall_s"], rel=1e-3)
+    assert sum(split.values()) == pytest.approx(results["wall_s"], rel=0.02)
+    assert {"wait", "cycle", "submit", "ingest", "other"} <= set(split)
+    overhead = results["dataflow_overhead"]
+    assert 0 < overhead["fraction"] < 1 and 0 < overhead["learner_fraction"] < 1
+    tasks = overhead["explorer_task_seconds"]
+    assert tasks["env-step"] > 0 and tasks["env-step"] == max(tasks.values()), tasks
 
 
 @pytest.mark.slow
@@ -100,12 +114,13 @@ def test_impala_learns_cartpole_training_on_every_stale_chunk(tianji_client, tmp
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
     _check_results_files(run, results)
-    # asynchronous: most chunks were trained on one or more versions after their policy, and
-    # none was dropped for it (V-trace corrects the lag instead)
+    # asynchronous: many chunks (about half with two explorers and two segments per update) were
+    # trained on one or more versions after their policy, and none was dropped for it (V-trace
+    # corrects the lag instead); a synchronous learner would have none
     counters = results["algo_counters"]
     assert counters["dropped_segments"] == 0 and not results["chunks_dropped"]
     assert counters["late_segments_used"] >= results["updates"] // 2
-    assert (chunks[:, COL["staleness_versions"]] >= 1).mean() >= 0.5
+    assert (chunks[:, COL["staleness_versions"]] >= 1).mean() >= 0.4
     assert results["env_steps_trained"] == results["env_steps"]
 
 

@@ -25,3 +25,26 @@ def test_staleness_summary():
     s = staleness_summary(np.array([0, 1, 1, 2, 10]))
     assert s["mean"] == 2.8 and s["max"] == 10 and s["hist"] == {"0": 1, "1": 2, "2": 1, "10": 1}
     assert staleness_summary(np.zeros(0))["mean"] is None
+
+
+def test_ledger_time_split_counts_nested_parts_once():
+    import time
+
+    from tianji_dask.config import StopConfig
+    from tianji_dask.dataflow.ledger import Ledger
+
+    ledger = Ledger(StopConfig(max_seconds=1), t_run_start=time.time(), t_process_start=time.time())
+    t0 = time.perf_counter()
+    with ledger.timed("wait"):
+        time.sleep(0.02)
+        with ledger.timed("submit"):
+            time.sleep(0.03)
+    ledger.record_update({"samples": 1}, 0.01)
+    wall = time.perf_counter() - t0 + 0.01
+    split = ledger.time_breakdown(wall)
+    seconds = split["seconds"]
+    assert 0.02 <= seconds["wait"] < 0.03 and seconds["submit"] >= 0.03
+    assert abs(sum(seconds.values()) - wall) < 1e-3
+    # busy = wall - wait; of it, updates and ingesting are the algorithm's, the rest dataflow
+    busy = wall - seconds["wait"]
+    assert abs(split["dataflow_fraction"] - (busy - 0.01) / busy) < 1e-3

@@ -62,6 +62,7 @@ class Run:
         self._learner_jobs: list = []  # the learners' batch jobs (kind slurm or pbs)
         self._reducer = None  # group mode: the Reducer actor
         self._reducer_address: str | None = None
+        self._task_metrics0: dict = {}
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
         self._env_seed_offset = 0
@@ -257,6 +258,7 @@ class Run:
             name="tianji-envs",
         )
         self.dashboard_link = client.dashboard_link
+        self._task_metrics0 = _task_metrics(client)
         if p.groups > 1:
             from tianji_dask.dataflow.reducer import Reducer
 
@@ -464,6 +466,7 @@ class Run:
         results["learner_restarts"] = self._restarts
         if self._single is None:
             results["controller"] = self._controller_final()
+            results["dataflow_overhead"] = self._dataflow_overhead(results)
         self.results_path = write_results(self.out, results, episodes, chunks)
         self.results = results
         self.close()
@@ -516,6 +519,32 @@ class Run:
         )
         return results, episodes, chunks
 
+    def _dataflow_overhead(self, results: dict) -> dict | None:
+        """Where the roles' busy time went: the learner's own split (updates, ingesting data, the
+        dataflow's work) and the explorer tasks' split as Dask meters it (env stepping with
+        inference vs. everything else the task did: loading weights, deserializing, threads).
+        "fraction": dataflow seconds / busy seconds, summed over roles (waiting is not busy)."""
+        try:
+            now = _task_metrics(self.client)
+        except Exception:  # noqa: BLE001 - a cluster that cannot tell costs only this figure
+            return None
+        explorer = {}
+        for key, value in now.items():
+            if key[0] == "execute" and key[1] == "tianji-explore" and key[-1] == "seconds":
+                explorer[key[2]] = value - self._task_metrics0.get(key, 0.0)
+        times = [r["learner_time"] for r in results.get("group_results", [results]) if r.get("learner_time")]
+        learner_busy = sum(sum(t["seconds"].values()) - t["seconds"].get("wait", 0.0) for t in times)
+        learner_useful = sum(t["seconds"]["learn"] + t["seconds"].get("ingest", 0.0) for t in times)
+        explorer_busy = sum(explorer.values())
+        explorer_useful = explorer.get("env-step", 0.0)
+        busy = learner_busy + explorer_busy
+        return {
+            "fraction": (busy - learner_useful - explorer_useful) / busy if busy > 0 else None,
+            "learner_fraction": (learner_busy - learner_useful) / learner_busy if learner_busy > 0 else None,
+            "explorer_fraction": (explorer_busy - explorer_useful) / explorer_busy if explorer_busy > 0 else None,
+            "explorer_task_seconds": {k: round(v, 4) for k, v in sorted(explorer.items())},
+        }
+
     def _controller_final(self, settle_s: float = 5.0) -> dict:
         # cancelled explorer tasks return their credits when the scheduler forgets them
         def in_flight(state):
@@ -544,6 +573,14 @@ class Run:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _task_metrics(client) -> dict:
+    """The scheduler's cumulative per-task-prefix metrics (Dask's fine performance metrics)."""
+    def read(dask_scheduler=None):
+        return {k: v for k, v in dask_scheduler.cumulative_worker_metrics.items() if isinstance(k, tuple)}
+
+    return client.run_on_scheduler(read)
 
 
 def train(pipeline, client=None, *, out=None, timeout: float | None = None, overrides: dict | None = None) -> dict:

@@ -55,6 +55,7 @@ class Learner:
         self._weights: deque = deque(maxlen=2)  # (version, future): the last two published
         self._published_version = -1
         self._publishing: tuple | None = None  # (version, key, concurrent future) of a scatter in progress
+        self._cycle: tuple | None = None  # the controller request in flight: (future, want, futures reported, n_want)
         self._status: dict = {}
         self._final: dict | None = None
         self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version, home worker)
@@ -183,7 +184,12 @@ class Learner:
 
             # 1. receive whatever has arrived; block only when there is nothing else to do
             must_wait = ((lockstep and round_open) or (not algo.ready() and not n_want)) and not self._holding()
-            batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
+            if must_wait and self._cycle is not None:
+                with ledger.timed("wait"):  # nothing else to do: take the controller's answer first
+                    round_open |= self._cycle_reply(ac, per_stream, lockstep)
+                must_wait = False
+            with ledger.timed("wait"):
+                batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
             for fut, chunk in batch:
                 _, eid, submit_version, _ = self._in_flight.pop(fut.key)
                 per_stream[eid] -= 1
@@ -216,16 +222,22 @@ class Learner:
                 n_want = self._wanted(lockstep, round_open, len(streams), len(pending))
 
             # 3. ask for work for the least-loaded streams before training, so explorers run
-            #    while we train; report consumed chunks at least every REPORT_EVERY_S
+            #    while we train; report consumed chunks at least every REPORT_EVERY_S. The
+            #    controller's answer is picked up on a later pass (one request in flight), so
+            #    the learner trains while the scheduler answers; lockstep takes it at once
             now = time.time()
-            if n_want or (reports and now - last_report >= REPORT_EVERY_S) or now - last_report >= LEARNER_STATUS_EVERY_S:
+            if self._cycle is not None and self._cycle[0].done():
+                round_open |= self._cycle_reply(ac, per_stream, lockstep)
+            if self._cycle is None and (
+                n_want or (reports and now - last_report >= REPORT_EVERY_S) or now - last_report >= LEARNER_STATUS_EVERY_S
+            ):
                 if n_want and (self.version - self._published_version >= spec["publish_every"] or self._must_publish or (
                     lockstep and self._published_version != self.version
                 )):
                     # on-policy data and lockstep rounds need the new version itself; off-policy
                     # explorers may start on the previous one while the scatter completes
-                    self._publish(wait=lockstep or algo.on_policy)
-                wref_version, wref = self._newest_weights()
+                    with ledger.timed("publish"):
+                        self._publish(wait=lockstep or algo.on_policy)
                 want = []
                 for _ in range(n_want):
                     eid = min(streams, key=lambda e: per_stream[e] + sum(1 for _, w in want if w == e))
@@ -233,26 +245,17 @@ class Learner:
                 status = None
                 if now - last_sent_status >= LEARNER_STATUS_EVERY_S:
                     status, last_sent_status = self._learner_status(now), now
-                reply = self._client.sync(
-                    self._client.scheduler.tianji_cycle, consumed=reports, want=[k for k, _ in want],
-                    learner_version=self.version, progress=self._progress(), learner_status=status, group=self.group,
-                )
-                reports, reported_futs, last_report = [], [], now
-                self._apply_params(reply)
-                explore = algo.exploration(ledger.env_steps, self.version)
-                for key, eid in want[: len(reply["granted"])]:
-                    home = self._home(eid)
-                    fut = self._client.submit(
-                        explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore, self.group,
-                        key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
+                with ledger.timed("cycle"):
+                    coro = self._client.scheduler.tianji_cycle(
+                        consumed=reports, want=[k for k, _ in want], learner_version=self.version,
+                        progress=self._progress(), learner_status=status, group=self.group,
                     )
-                    per_stream[eid] += 1
-                    self._in_flight[key] = (fut, eid, self.version, home)
-                    ac.add(fut)
-                if lockstep and reply["granted"]:
-                    round_open = True
-                if n_want and not reply["granted"] and not self._in_flight and not algo.ready():
-                    time.sleep(0.005)  # window full of another run's credits: ask again shortly
+                    self._cycle = (asyncio.run_coroutine_threadsafe(coro, self._client.loop.asyncio_loop), want,
+                                   reported_futs, n_want)
+                reports, reported_futs, last_report = [], [], now
+                if lockstep:
+                    with ledger.timed("cycle"):
+                        round_open |= self._cycle_reply(ac, per_stream, lockstep)
 
             # 4. relaxed: a few updates per pass (TianJi's updates per learner iteration), so
             #    arriving chunks are picked up between updates
@@ -263,15 +266,20 @@ class Learner:
                     self._learn_once()
 
             if self._reducer is not None:
-                self._fuse()
+                with ledger.timed("fuse"):
+                    self._fuse()
                 if self._holding() and not n_want:
-                    time.sleep(0.001)  # the barrier: nothing to do until the fused model is in
+                    with ledger.timed("wait"):
+                        time.sleep(0.001)  # the barrier: nothing to do until the fused model is in
 
             if now - last_status >= STATUS_EVERY_S:
-                self._update_status(now)
+                with ledger.timed("status"):
+                    self._update_status(now)
                 last_status = now
 
         # report what was consumed; cancel what is still out (its credits come back when forgotten)
+        if self._cycle is not None:
+            self._cycle_reply(ac, per_stream, lockstep)  # what it grants is submitted, then cancelled below
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=reports, want=[], learner_version=self.version,
                           progress=self._progress(), learner_status=self._learner_status(time.time()), group=self.group)
         for fut, eid, _, _ in pending:
@@ -283,6 +291,35 @@ class Learner:
             self._client.cancel(outstanding)
         self._in_flight.clear()
         ac.clear()
+
+    def _cycle_reply(self, ac, per_stream: dict, lockstep: bool) -> bool:
+        """Take the controller's answer to the request in flight (waiting for it if need be) and
+        submit the explorer tasks it granted, with the newest published weights. True when it
+        granted something (a lockstep round is then open)."""
+        fut, want, _reported_futs, n_want = self._cycle
+        reply = fut.result()
+        self._cycle = None  # the reported futures may go now: their consumption is on record
+        self._apply_params(reply)
+        spec = self.spec
+        if reply["granted"] and (lockstep or self.algo.on_policy) and self._published_version != self.version:
+            with self.ledger.timed("publish"):  # it trained meanwhile: on-policy work needs this version
+                self._publish(wait=True)
+        wref_version, wref = self._newest_weights()
+        explore = self.algo.exploration(self.ledger.env_steps, self.version)
+        with self.ledger.timed("submit"):
+            for key, eid in want[: len(reply["granted"])]:
+                home = self._home(eid)
+                task = self._client.submit(
+                    explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore, self.group,
+                    key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
+                )
+                per_stream[eid] += 1
+                self._in_flight[key] = (task, eid, self.version, home)
+                ac.add(task)
+        if n_want and not reply["granted"] and not self._in_flight and not self.algo.ready():
+            with self.ledger.timed("wait"):
+                time.sleep(0.005)  # window full of another run's credits: ask again shortly
+        return bool(reply["granted"])
 
     def _consume(self, pending: deque, lockstep: bool, reported_futs: list) -> list[list]:
         """Ingest received chunks; returns the controller's report rows for them.
@@ -326,7 +363,11 @@ class Learner:
         key = fut.key
         staleness = self.version - chunk["policy_version"]
         reason = self._drop_reason(chunk, staleness)
-        kept = 0 if reason else self.algo.ingest(chunk, staleness)
+        if reason:
+            kept = 0
+        else:
+            with self.ledger.timed("ingest"):
+                kept = self.algo.ingest(chunk, staleness)
         if reason is None and kept == 0:
             reason = "algorithm"  # e.g. on-policy data older than max_policy_lag
         if reason is not None:
@@ -354,7 +395,7 @@ class Learner:
         """Chunks to ask for now: lockstep, a whole round at once; relaxed, up to the controller's
         window, and none while the replay ratio would fall below its floor. The controller
         decides; this local pre-check only saves a scheduler round trip per update."""
-        in_flight = len(self._in_flight)
+        in_flight = len(self._in_flight) + (len(self._cycle[1]) if self._cycle is not None else 0)  # asked for too
         if self._holding():
             return 0  # the barrier: explorers get the fused model, not this one
         if lockstep:
@@ -420,9 +461,11 @@ class Learner:
         self.version += 1
         self._updates_since_fusion += 1
         if self._reducer is not None:
-            self._fuse()
+            with self.ledger.timed("fuse"):
+                self._fuse()
         if self._ckpt.due(self.version):
-            self._write_checkpoint()
+            with self.ledger.timed("checkpoint"):
+                self._write_checkpoint()
 
     # ---- group mode ---------------------------------------------------------------------
     def _holding(self) -> bool:
@@ -498,6 +541,7 @@ class Learner:
         results = ledger.results(self.version, extra={
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
+            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
             **({"group": self.group, "fusions": self._fusions} if self._reducer is not None else {}),
         })
         self._weights.clear()

@@ -6,7 +6,8 @@ Dask-free, so the single-process mode and the Learner actor keep exactly the sam
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import defaultdict, deque
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -31,6 +32,9 @@ class Ledger:
         self.explore_s = 0.0
         self.bytes = 0
         self.last_metrics: dict[str, float] = {}
+        # where the learner's wall time goes besides updates (learn_s): see ``timed``
+        self.time_split: defaultdict[str, float] = defaultdict(float)
+        self._timing: list[float] = []
         self._recent_returns: deque[float] = deque(maxlen=stop.window)
         self.solved_online_at: float | None = None
         self.stop_reason: str | None = None
@@ -82,6 +86,34 @@ class Ledger:
         self.learn_s += seconds
         self.samples_trained += int(metrics.get("samples", 0))
         self.last_metrics = metrics
+
+    @contextmanager
+    def timed(self, part: str):
+        """Add the block's wall time to ``time_split[part]``: "ingest" (the algorithm taking
+        data), "wait" (blocked on arrivals, or sleeping), and the dataflow's own work
+        ("cycle", "submit", "publish", "fuse", "status", "checkpoint"). A part timed inside
+        another counts in the inner one only."""
+        t0 = time.perf_counter()
+        self._timing.append(0.0)  # time of the parts timed inside this block
+        try:
+            yield
+        finally:
+            inner = self._timing.pop()
+            dt = time.perf_counter() - t0
+            self.time_split[part] += dt - inner  # nested parts count once, in the innermost
+            if self._timing:
+                self._timing[-1] += dt
+
+    def time_breakdown(self, wall: float) -> dict:
+        """Seconds of the learner's wall time by part; "other" is what no part covers (the loop
+        itself, consuming and reporting chunks). "dataflow_fraction": the share of the learner's
+        non-waiting time spent on neither updates nor ingesting data."""
+        parts = {"learn": self.learn_s, **self.time_split}
+        parts["other"] = max(0.0, wall - sum(parts.values()))
+        busy = wall - parts.get("wait", 0.0)
+        dataflow = busy - parts["learn"] - parts.get("ingest", 0.0)
+        return {"seconds": {k: round(v, 4) for k, v in parts.items()},
+                "dataflow_fraction": dataflow / busy if busy > 0 else None}
 
     # ---- checkpoints --------------------------------------------------------------------
     _CHUNK_TIMES = (CHUNK_FIELDS.index("t_consumed"), CHUNK_FIELDS.index("t_start"), CHUNK_FIELDS.index("t_end"))

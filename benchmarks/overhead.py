@@ -1,0 +1,116 @@
+"""Where the time goes: learner busy fraction and the dataflow's overhead, per pipeline, over seeds.
+
+    python benchmarks/overhead.py [--pipelines cartpole_dqn cartpole_ppo] [--seeds 0 1 2]
+                                  [--seconds 30] [--out docs/overhead]
+
+Each run trains for a fixed time (``stop.on_solve`` off, so the figures cover learning, not only
+the way to the solve) in a fresh process on an embedded LocalCluster, alternating pipelines seed
+by seed, and reads from its results:
+
+- learner busy: the fraction of wall time in updates (``learner_busy_fraction``);
+- the learner's time split (``learner_time``): updates, ingesting data, waiting for data, and
+  the dataflow's own work (controller requests, task submission, weight publishing, status,
+  checkpoints, the loop itself);
+- the explorer tasks' time as Dask's fine performance metrics split it: env stepping with
+  inference vs. loading weights, waiting for the executor thread, deserializing, other;
+- dataflow overhead: dataflow seconds / busy seconds, summed over the learner and the explorer
+  tasks (time spent waiting is not busy; ``dataflow_overhead`` in results.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+
+def run_for(pipeline: str, seed: int, seconds: float) -> dict:
+    from tianji_dask.config import resolve_pipeline_path
+
+    data = yaml.safe_load(resolve_pipeline_path(pipeline).read_text())
+    data.setdefault("stop", {}).update(on_solve=False, max_seconds=seconds)
+    data["seed"] = seed
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{pipeline}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "tianji_dask", "train", str(path), "--out", str(out), "--quiet"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return json.loads((out / "results.json").read_text())
+
+
+def row(pipeline: str, r: dict) -> dict:
+    split = r["learner_time"]["seconds"]
+    wall = r["wall_s"]
+    o = r["dataflow_overhead"] or {}
+    return {
+        "pipeline": pipeline, "seed": r["seed"], "wall_s": wall, "learner_busy": r["learner_busy_fraction"],
+        "learner_split": {k: v / wall for k, v in split.items()},
+        "overhead": o.get("fraction"), "learner_overhead": o.get("learner_fraction"),
+        "explorer_overhead": o.get("explorer_fraction"), "explorer_task_seconds": o.get("explorer_task_seconds", {}),
+        "env_steps_per_s": r["env_steps_per_s"], "updates_per_s": r["updates"] / wall,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    parts = ["learn", "ingest", "wait", "cycle", "submit", "publish", "status", "checkpoint", "other"]
+    head = ("| pipeline | learner busy | dataflow overhead (all roles) | learner | explorer tasks | "
+            + " | ".join(f"learner {p}" for p in parts) + " |")
+    out = [head, "|" + "---|" * (5 + len(parts))]
+    for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
+        rs = [r for r in rows if r["pipeline"] == pipeline]
+
+        def med(get):
+            values = [v for v in (get(r) for r in rs) if v is not None]
+            return statistics.median(values) if values else None
+
+        def pct(v):
+            return "-" if v is None else f"{v:.1%}"
+
+        cells = [pct(med(lambda r: r["learner_busy"])), pct(med(lambda r: r["overhead"])),
+                 pct(med(lambda r: r["learner_overhead"])), pct(med(lambda r: r["explorer_overhead"]))]
+        cells += [pct(med(lambda r, p=p: r["learner_split"].get(p, 0.0))) for p in parts]
+        out.append(f"| {pipeline} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", nargs="+", default=["cartpole_dqn", "cartpole_ppo"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--out", help="write OUT.json (every run) and OUT.md (the table)")
+    args = parser.parse_args(argv)
+    rows = []
+    for seed in args.seeds:
+        for pipeline in args.pipelines:
+            r = row(pipeline, run_for(pipeline, seed, args.seconds))
+            rows.append(r)
+            print(f"{pipeline:>14} seed {seed}: learner busy {r['learner_busy']:.1%}, dataflow overhead "
+                  f"{r['overhead']:.1%} (learner {r['learner_overhead']:.1%}, explorer tasks {r['explorer_overhead']:.1%}); "
+                  f"explorer task seconds {r['explorer_task_seconds']}", flush=True)
+    text = table(rows)
+    print(f"\nmedians over seeds {args.seeds}, {args.seconds:g} s each, {os.cpu_count()} cores "
+          f"(learner columns: fraction of its wall time):\n{text}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "cores": os.cpu_count(), "runs": rows}, indent=2))
+        cmd = "python benchmarks/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        out.with_suffix(".md").write_text(
+            f"# Learner busy and dataflow overhead\n\nMade by `{cmd}` on {os.cpu_count()} cores; medians over seeds "
+            f"{args.seeds}, {args.seconds:g} s of training each; learner columns are fractions of its wall time.\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
