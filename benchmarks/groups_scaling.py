@@ -16,14 +16,14 @@ G = 2 measures the cost of group mode more than its gain.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_to_solve import run_once  # noqa: E402 - a sibling script
+from _report import write_report  # noqa: E402 - sibling scripts
+from time_to_solve import run_once  # noqa: E402
 
 
 def summarize(r: dict) -> dict:
@@ -90,13 +90,7 @@ def main(argv=None) -> int:
     text = table(rows, args.groups)
     print(f"\nmedians over seeds {args.seeds}, {args.explorers} explorer(s) per group, {os.cpu_count()} cores:\n{text}")
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "cores": os.cpu_count(), "runs": rows}, indent=2))
-        cmd = "python benchmarks/groups_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        out.with_suffix(".md").write_text(
-            f"# Group mode scaling\n\nMade by `{cmd}` on {os.cpu_count()} cores; medians over seeds {args.seeds}, "
-            f"{args.explorers} explorer stream(s) per group.\n\n{text}\n")
+        write_report(args.out, "groups_scaling.py", argv, args, rows, "Group mode scaling", f"medians over seeds {args.seeds}, {args.explorers} explorer stream(s) per group", text)
     return 0
 
 

@@ -30,6 +30,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import write_report  # noqa: E402 - a sibling script
+
 
 def run_for(pipeline: str, seed: int, seconds: float) -> dict:
     from tianji_dask.config import resolve_pipeline_path
@@ -102,13 +105,7 @@ def main(argv=None) -> int:
     print(f"\nmedians over seeds {args.seeds}, {args.seconds:g} s each, {os.cpu_count()} cores "
           f"(learner columns: fraction of its wall time):\n{text}")
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "cores": os.cpu_count(), "runs": rows}, indent=2))
-        cmd = "python benchmarks/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        out.with_suffix(".md").write_text(
-            f"# Learner busy and dataflow overhead\n\nMade by `{cmd}` on {os.cpu_count()} cores; medians over seeds "
-            f"{args.seeds}, {args.seconds:g} s of training each; learner columns are fractions of its wall time.\n\n{text}\n")
+        write_report(args.out, "overhead.py", argv, args, rows, "Learner busy and dataflow overhead", f"medians over seeds {args.seeds}, {args.seconds:g} s of training each; learner columns are fractions of its wall time", text)
     return 0
 
 

@@ -67,6 +67,8 @@ class _Panels:
             "explorers": S({"explorer": [], "rate": []}),
         }
         self.figures = []
+        self.names = list(panels)
+        self.groups_shown = 1
         kw = {"height": 260, "sizing_mode": "stretch_width", "tools": "pan,wheel_zoom,box_zoom,reset,save"}
         xl = "seconds since run start"
         for name in panels:
@@ -110,6 +112,11 @@ class _Panels:
             self.run_id, self.t_hist, self.t_series, self.prev = ctl.run_id, 0.0, 0.0, None
             for src in self.src.values():
                 src.data = {k: [] for k in src.data}
+        groups = len(getattr(ctl, "groups", {0: None}))
+        if groups != self.groups_shown:  # group mode: say whose books these are
+            self.groups_shown = groups
+            for name, f in zip(self.names, self.figures):
+                f.title.text = TITLES[name] + (f" (group 0 of {groups})" if groups > 1 else "")
         t0 = ctl.t_reset
         new_hist = _newer(ctl.history, self.t_hist)
         if new_hist:
