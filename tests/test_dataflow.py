@@ -101,15 +101,17 @@ def _check_time_split(results):
 
 
 @pytest.mark.slow
-def test_impala_learns_cartpole_training_on_every_stale_chunk(tianji_client, tmp_path):
-    # target 150, not 475: unclipped policy gradients oscillate on CartPole (PPO without its clip
-    # does the same), so holding 475 over 100 episodes is not reliable within a test's budget;
-    # random play scores about 20
+def test_impala_solves_cartpole_training_on_every_stale_chunk(tianji_client, tmp_path):
+    # the bundled pipeline (APPO: V-trace with PPO's clip) holds 475 over 100 episodes; the budget
+    # is over twice the most env steps any measured seed needed (see the pipeline's comment)
     run = Run("cartpole_impala", tianji_client, out=tmp_path / "impala",
-              overrides={"stop.target_return": 150, "stop.max_env_steps": IMPALA_BUDGET, "stop.max_seconds": 300})
+              overrides={"stop.max_env_steps": IMPALA_BUDGET, "stop.max_seconds": 300})
     results = run.start().wait()
     assert results["error"] is None
-    assert results["solved"], f"mean return 150 not reached in {IMPALA_BUDGET} env steps: {results['final_mean_return']}"
+    assert results["solved"], f"not solved in {IMPALA_BUDGET} env steps: mean {results['final_mean_return']}"
+    p = run.pipeline
+    assert results["target_return"] == 475
+    assert results["env_steps"] <= IMPALA_BUDGET + p.explorers * p.chunk_steps * p.env.num_envs
     chunks = _chunks(run.out)
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
