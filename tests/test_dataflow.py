@@ -116,9 +116,9 @@ def test_impala_solves_cartpole_training_on_every_stale_chunk(tianji_client, tmp
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
     _check_results_files(run, results)
-    # asynchronous: many chunks (about half with two explorers and two segments per update) were
-    # trained on one or more versions after their policy, and none was dropped for it (V-trace
-    # corrects the lag instead); a synchronous learner would have none
+    # asynchronous: many chunks (with two explorers, the segment that waits while the other is
+    # trained on) were trained on one or more versions after their policy, and none was dropped
+    # for it (V-trace corrects the lag instead); a synchronous learner would have none
     counters = results["algo_counters"]
     assert counters["dropped_segments"] == 0 and not results["chunks_dropped"]
     assert counters["late_segments_used"] >= results["updates"] // 2
