@@ -43,6 +43,15 @@ def staleness_summary(staleness: np.ndarray) -> dict:
     }
 
 
+def age_summary(ages: np.ndarray) -> dict:
+    """Mean, 95th percentile and max of chunk ages (seconds from produced to consumed)."""
+    return {
+        "mean": float(ages.mean()) if ages.size else None,
+        "p95": float(np.percentile(ages, 95)) if ages.size else None,
+        "max": float(ages.max()) if ages.size else None,
+    }
+
+
 def _atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:

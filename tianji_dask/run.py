@@ -19,6 +19,12 @@ from tianji_dask.envs import env_spaces
 from tianji_dask.metrics import write_results
 
 
+def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
+    """Where each group's learner writes its checkpoints (one group: RUN_DIR/checkpoints)."""
+    d = Path(run_dir) / "checkpoints"
+    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+
+
 def _process_start() -> float:
     return psutil.Process(os.getpid()).create_time()
 
@@ -69,7 +75,7 @@ class Run:
         self._t_run_start: float | None = None
         self._explorer_workers = 1
         self._single = None
-        self._final: dict | None = None
+        self._final: list[dict] | None = None  # one per learner (single mode: one)
         self.results: dict | None = None
         self.dashboard_link: str | None = None
         self.t_process_start = _process_start()
@@ -152,7 +158,7 @@ class Run:
             # written by the learner, so on the learner's machine for a remote cluster
             "tensorboard_dir": str((self.out / "tensorboard").resolve()) if p.logging.tensorboard else None,
             "checkpoint": {
-                "dir": str((self.out / "checkpoints").resolve()), "every_seconds": p.checkpoint.every_seconds,
+                "dir": str(checkpoint_dirs(self.out, p.groups)[group].resolve()), "every_seconds": p.checkpoint.every_seconds,
                 "every_versions": p.checkpoint.every_versions, "keep": p.checkpoint.keep, "replay": p.checkpoint.replay,
             } if p.checkpoint.enabled else None,
             "resume_from": self._resume_from[group] if isinstance(self._resume_from, list) else self._resume_from,
@@ -163,13 +169,7 @@ class Run:
             spec.update(group=group, streams=p.group_streams(group), reduce=self._reduce,
                         reducer=(self._reducer_address, f"tianji-reducer-{self.run_id}"),
                         stop=p.stop.model_copy(update={"on_solve": False, "max_env_steps": None, "max_updates": None}))
-            if spec["checkpoint"]:
-                spec["checkpoint"]["dir"] = str((self.out / "checkpoints" / f"group-{group}").resolve())
         return spec
-
-    def _checkpoint_dirs(self) -> list[Path]:
-        d = self.out / "checkpoints"
-        return [d] if self.pipeline.groups == 1 else [d / f"group-{g}" for g in range(self.pipeline.groups)]
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
@@ -182,8 +182,7 @@ class Run:
         if not (d / "pipeline.yaml").is_file():
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
-        dirs = [d / "checkpoints"] if pipeline.groups == 1 else [d / "checkpoints" / f"group-{g}" for g in range(pipeline.groups)]
-        paths = [checkpoint.latest(c) for c in dirs]
+        paths = [checkpoint.latest(c) for c in checkpoint_dirs(d, pipeline.groups)]
         versions = [int(checkpoint.load(path)["version"]) for path in paths]  # fail here, with one line, on a damaged file
         resume_from = [str(path.resolve()) for path in paths]
         run = cls(pipeline, client, out=d, _resume_from=resume_from[0] if pipeline.groups == 1 else resume_from)
@@ -292,7 +291,7 @@ class Run:
         return self.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
 
     def _run_single(self) -> None:
-        self._final = self._single.run()
+        self._final = [self._single.run()]
 
     def status(self) -> dict:
         """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
@@ -435,7 +434,7 @@ class Run:
 
         if self._single is not None or not self._learners:
             raise err
-        ckpt_dir = self._checkpoint_dirs()[group]
+        ckpt_dir = checkpoint_dirs(self.out, self.pipeline.groups)[group]
         if len(self._restarts) >= attempts:
             raise RuntimeError(f"learner: lost {len(self._restarts) + 1} times, giving up (last: {err}); "
                                f"`tianji-dask resume {self.out}` continues from the newest checkpoint") from None
@@ -452,10 +451,10 @@ class Run:
         self._learners[group] = self._learner_futures[group].result()
 
     def _write(self) -> dict:
-        if isinstance(self._final, list) and len(self._final) > 1:
+        if len(self._final) > 1:
             results, episodes, chunks = self._pool_results(self._final)
         else:
-            final = self._final[0] if isinstance(self._final, list) else self._final
+            final = self._final[0]
             results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
         p = self.pipeline
         results.update(
@@ -476,7 +475,7 @@ class Run:
         """Group mode: the run's results over all groups' episodes and chunks pooled (time to
         solve by the same rule as one learner's), each group's own under "group_results", and
         the reducer's record of every fusion under "fusion"."""
-        from tianji_dask.metrics import CHUNK_FIELDS, staleness_summary, time_to_solve
+        from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary, time_to_solve
 
         per = [f["results"] for f in finals]
         episodes = np.concatenate([f["episodes"] for f in finals])
@@ -495,7 +494,6 @@ class Run:
         for r in per:
             for reason, n in r["chunks_dropped"].items():
                 dropped[reason] = dropped.get(reason, 0) + n
-        ages = chunks[:, CHUNK_FIELDS.index("age_s")]
         errors = [f"group {g}: {r['error']}" for g, r in enumerate(per) if r.get("error")]
         results = dict(per[0])
         results.update(
@@ -511,8 +509,7 @@ class Run:
             learner_busy_fraction=[r["learner_busy_fraction"] for r in per],
             explorer_busy_fraction=total("explorer_busy_fraction"),
             staleness_versions=staleness_summary(chunks[:, CHUNK_FIELDS.index("staleness_versions")]),
-            age_s={"mean": float(ages.mean()) if ages.size else None, "p95": float(np.percentile(ages, 95)) if ages.size else None,
-                   "max": float(ages.max()) if ages.size else None},
+            age_s=age_summary(chunks[:, CHUNK_FIELDS.index("age_s")]),
             error="\n".join(errors) or None, checkpoint=[r["checkpoint"] for r in per],
             fusion={**self._reduce, "rounds": self._reducer.rounds().result(timeout=60)},
             group_results=[{k: v for k, v in r.items() if k not in ("lost",)} for r in per],

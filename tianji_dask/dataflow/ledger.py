@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from tianji_dask.metrics import CHUNK_FIELDS, staleness_summary, time_to_solve
+from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary, time_to_solve
 
 
 class Ledger:
@@ -231,11 +231,7 @@ class Ledger:
             "learner_busy_fraction": self.learn_s / wall,
             "explorer_busy_fraction": self.explore_s / (wall * max(self.explorer_workers, 1)),
             "staleness_versions": staleness_summary(staleness),
-            "age_s": {
-                "mean": float(ages.mean()) if ages.size else None,
-                "p95": float(np.percentile(ages, 95)) if ages.size else None,
-                "max": float(ages.max()) if ages.size else None,
-            },
+            "age_s": age_summary(ages),
             "last_update_metrics": self.last_metrics,
         }
         res.update(extra or {})
