@@ -99,7 +99,9 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
     v_ckpt = int(restored_from.rsplit("-", 1)[1].split(".")[0])
     assert version_at_loss - 200 <= v_ckpt  # versions lost <= the checkpoint interval
     assert results["final_version"] > v_ckpt and results["error"] is None
-    assert results["controller"]["chunks_in_flight"] == 0
+    ctrl = results["controller"]
+    assert ctrl["chunks_in_flight"] == 0
+    assert ctrl["credits_granted"] == sum(ctrl["credits_returned"].values()), ctrl["credits_returned"]
 
 
 def test_killed_explorers_cost_only_their_chunks_in_flight(own_client, tmp_path):

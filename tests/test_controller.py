@@ -96,6 +96,27 @@ def test_handlers_grant_refuse_and_count():
     assert ctl.chunks_in_flight == 0 and state["credits_granted"] == 3
 
 
+def test_rebuilt_learner_hands_back_credits_it_never_submitted():
+    # a learner that dies between a grant and its submit leaves keys the scheduler never saw:
+    # no transition returns them, so the rebuilt learner's begin does
+    from distributed import Scheduler
+
+    ctl = StalenessController()
+    ctl.scheduler = Scheduler(dashboard=False)
+    ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:1", chunk_env_steps=16)
+    keys = [f"tianji-explore-r1-{i}" for i in range(3)]
+    assert ctl.cycle(want=keys)["granted"] == keys
+    ctl.scheduler.tasks[keys[0]] = object()  # submitted: its transition will return it
+    ctl.remove_worker(ctl.scheduler, "tcp://learner:1")
+    assert ctl.state()["learner_lost"]
+    ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:2", rebuilt=True)
+    state = ctl.state()
+    assert state["chunks_in_flight"] == 1 and state["credits_returned"]["unsubmitted"] == 2
+    assert not state["learner_lost"] and state["window"] == 4
+    ctl.transition(keys[0], "processing", "forgotten")
+    assert ctl.state()["credits_returned"]["forgotten"] == 1 and ctl.chunks_in_flight == 0
+
+
 @pytest.mark.parametrize("settings,field", [
     ({"window": 0}, "window"),
     ({"window_min": 5, "window_max": 2}, "window_min"),

@@ -132,6 +132,7 @@ class Books:
         self.returned_consumed = 0
         self.returned_erred = 0
         self.returned_forgotten = 0
+        self.returned_unsubmitted = 0  # granted to a learner that died before it submitted them
         self.chunks_consumed = 0
         self.chunks_dropped = 0
         self.env_steps_consumed = 0
@@ -278,6 +279,7 @@ class Books:
                 "consumed": self.returned_consumed,
                 "erred": self.returned_erred,
                 "forgotten": self.returned_forgotten,
+                "unsubmitted": self.returned_unsubmitted,
             },
             "chunks_consumed": n,
             "chunks_dropped": self.chunks_dropped,
@@ -376,6 +378,11 @@ class StalenessController(SchedulerPlugin):
         if rebuilt and run_id == self.run_id and group in self.groups:
             books = self.groups[group]
             books.learner_address, books.learner_lost = learner_address, False
+            # credits the dead learner was granted but never submitted: the scheduler has never
+            # seen those keys, so no transition will ever hand them back
+            unsubmitted = [k for k in books.credited if k not in self.scheduler.tasks]
+            books.credited.difference_update(unsubmitted)
+            books.returned_unsubmitted += len(unsubmitted)
             self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "group": group, "worker": learner_address})
             return books.params()
         if run_id != self.run_id:
