@@ -30,6 +30,11 @@ def main(argv=None) -> int:
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="N",
                         help="trace Python allocations in every process from the end of warm-up and report the N "
                              "source lines whose memory grew most (slows the run)")
+    parser.add_argument("--heap-every", type=float, default=30, metavar="S",
+                        help="seconds between samples of where each process's memory is (pymalloc, malloc, other)")
+    parser.add_argument("--dask-defaults", action="store_true",
+                        help="keep Dask's own history lengths (system monitor: 1 hour; worker profiles and logs: "
+                             "1000 entries), which fill for up to an hour and read as growth in a shorter soak")
     args = parser.parse_args(argv)
     if args.minutes <= args.warmup_minutes:
         parser.error("--minutes must be larger than --warmup-minutes")
@@ -41,6 +46,15 @@ def main(argv=None) -> int:
     from tianji_dask.cluster import local_cluster
     from tianji_dask.run import Run
 
+    import dask
+
+    if not args.dask_defaults:
+        # Dask keeps bounded histories in every process: the system monitor's samples (7200 x
+        # 0.5 s = 1 hour) and each worker's profile and low-level logs (1000 entries, a profile
+        # a second). Shortened so they are full before warm-up ends and the slope is what is
+        # left; the workers' nannies pass this configuration on to them.
+        dask.config.set({"distributed.admin.system-monitor.log-length": 240,
+                         "distributed.admin.low-level-log-length": 120})
     cluster = local_cluster(2, dashboard_address=None)
     client = Client(cluster)
     workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -52,6 +66,9 @@ def main(argv=None) -> int:
     roles["scheduler (+ client)"] = os.getpid()
     procs = {role: psutil.Process(pid) for role, pid in roles.items()}
     samples = {role: [] for role in procs}
+    heap = {role: [] for role in procs}  # (t, _heap() of that process)
+    role_of = {addr: next(r for r, pid in roles.items() if pid == pids[addr]) for addr in pids}
+    last_heap = -float("inf")
     with tempfile.TemporaryDirectory() as tmp:
         run = Run(args.pipeline, client, out=Path(tmp) / "soak", overrides={
             "stop.target_return": None, "stop.max_seconds": args.minutes * 60, "stop.max_env_steps": None,
@@ -69,6 +86,11 @@ def main(argv=None) -> int:
             for role, proc in procs.items():
                 samples[role].append((now, proc.memory_info().rss / 2**20))
             print(f"{now:6.0f} s  " + "  ".join(f"{r}: {v[-1][1]:.0f} MiB" for r, v in samples.items()), flush=True)
+            if now - last_heap >= args.heap_every:
+                for addr, h in client.run(_heap).items():
+                    heap[role_of[addr]].append((now, h))
+                heap["scheduler (+ client)"].append((now, _heap()))
+                last_heap = now
             if status.get("done") or (tracing and time.time() - t0 >= args.minutes * 60 - 2 * args.every):
                 break
             time.sleep(args.every)
@@ -76,7 +98,7 @@ def main(argv=None) -> int:
         if tracing:  # before wait(): the learner's worker still holds the run's state
             by_addr = client.run(_trace_growth, args.tracemalloc)
             for addr, lines in by_addr.items():
-                growth[next(r for r, pid in roles.items() if pid == pids[addr])] = lines
+                growth[role_of[addr]] = lines
             growth["scheduler (+ client)"] = _trace_growth(args.tracemalloc)
         results = run.wait()
     client.close()
@@ -89,16 +111,31 @@ def main(argv=None) -> int:
         slope = float(np.polyfit(after[:, 0] / 60, after[:, 1], 1)[0]) if len(after) >= 3 else float("nan")
         rows.append({"role": role, "rss_start_mib": float(after[0, 1]) if len(after) else None,
                      "rss_end_mib": float(a[-1, 1]), "slope_mib_per_min": slope, "rss_max_mib": float(a[:, 1].max())})
-    md = [f"Run: {args.pipeline}, {args.minutes:g} min, {results['updates']:,} updates, {results['env_steps']:,} env steps; "
-          f"slope fitted after {args.warmup_minutes:g} min of warm-up.", "",
+    heap_rows = _heap_slopes(heap, args.warmup_minutes * 60)
+    md = [f"Run: {args.pipeline}, {args.minutes:g} min, {results['updates']:,} updates, {results['env_steps']:,} env steps, "
+          f"{results['chunks']:,} chunks; slope fitted after {args.warmup_minutes:g} min of warm-up. "
+          + ("Dask's own bounded histories at their defaults." if args.dask_defaults else
+             "Dask's own bounded histories shortened to fill within 2 minutes (system monitor 240 samples, "
+             "worker profiles and logs 120 entries)."), "",
           "| role | RSS after warm-up (MiB) | RSS at end (MiB) | max (MiB) | slope (MiB/min) |", "|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['role']} | {r['rss_start_mib']:.0f} | {r['rss_end_mib']:.0f} | {r['rss_max_mib']:.0f} | "
                   f"{r['slope_mib_per_min']:+.2f} |")
+    if heap_rows:
+        parts = ["rss", "pymalloc_live", "pymalloc_arenas", "malloc_in_use", "malloc_free_held", "other"]
+        md += ["", "Where the growth is: slope after warm-up (MiB/min) of the resident set and of its parts, sampled "
+               f"every {args.heap_every:g} s in each process. pymalloc arenas hold Python's small objects (live: the "
+               "objects themselves); malloc in use is everything else allocated (tensors, arrays, libraries); "
+               "malloc free-held is freed memory glibc keeps; other = RSS - arenas - malloc in use - free-held "
+               "(code, stacks, mapped files, untouched pages). '-' where the allocator is not glibc's.", "",
+               "| role | " + " | ".join(parts) + " |", "|---|" + "---|" * len(parts)]
+        for r in heap_rows:
+            md.append(f"| {r['role']} | " + " | ".join("-" if r[p] is None else f"{r[p]:+.3f}" for p in parts) + " |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = " ".join(["python", "benchmarks/soak.py", *(argv or sys.argv[1:])])
-    Path(f"{out}.json").write_text(json.dumps({"command": cmd, "samples": samples, "rows": rows, "tracemalloc_growth": growth}, indent=1))
+    Path(f"{out}.json").write_text(json.dumps({"command": cmd, "samples": samples, "rows": rows, "heap": heap, "heap_rows": heap_rows,
+                                              "tracemalloc_growth": growth}, indent=1))
     Path(f"{out}.md").write_text(f"<!-- generated by: {cmd} -->\n\n" + "\n".join(md) + "\n")
     import matplotlib
 
@@ -124,11 +161,80 @@ def main(argv=None) -> int:
     return 0
 
 
+def _heap_slopes(heap: dict, after_s: float) -> list[dict]:
+    """Per role, the least-squares slope (MiB/min) after warm-up of each part of _heap()."""
+    import numpy as np
+
+    rows = []
+    for role, pts in heap.items():
+        pts = [(t, h) for t, h in pts if t >= after_s]
+        if len(pts) < 3:
+            continue
+        t = np.array([p[0] for p in pts]) / 60
+        row = {"role": role}
+        for part in ("rss", "pymalloc_live", "pymalloc_arenas", "malloc_in_use", "malloc_free_held"):
+            v = [p[1][part] for p in pts]
+            row[part] = None if any(x is None for x in v) else float(np.polyfit(t, np.array(v), 1)[0])
+        known = [row[p] for p in ("pymalloc_arenas", "malloc_in_use", "malloc_free_held")]
+        row["other"] = None if None in known else row["rss"] - sum(known)
+        rows.append(row)
+    return rows
+
+
 def _short(filename: str) -> str:
     """A source file named from its package or the standard library down, not from the disk root."""
     import re
 
     return re.sub(r"^.*/(site-packages|python3\.\d+)/", "", filename)
+
+
+def _heap() -> dict:
+    """Where this process's memory is, in MiB: pymalloc's arenas and the live small objects in
+    them (``sys._debugmallocstats``), glibc malloc's bytes in use and free-but-held in its heap
+    (``mallinfo2``; None under another allocator), and the resident set. RSS growing with none of
+    the others says the growth is outside both allocators (mapped files, thread stacks, ...)."""
+    import ctypes
+    import os
+    import re
+    import sys
+    import tempfile
+
+    import psutil
+
+    out = {"rss": psutil.Process().memory_info().rss / 2**20}
+    with tempfile.TemporaryFile("w+") as tmp:  # the stats go to C stderr: borrow fd 2 for a moment
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read()
+    live = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
+    arenas = re.search(r"^Total\s*=\s*([\d,]+)", text, re.M)
+    out["pymalloc_live"] = int(live.group(1).replace(",", "")) / 2**20 if live else None
+    out["pymalloc_arenas"] = int(arenas.group(1).replace(",", "")) / 2**20 if arenas else None
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = Mallinfo2
+        info = libc.mallinfo2()
+        jemalloc = any("jemalloc" in m.path for m in psutil.Process().memory_maps())
+    except (AttributeError, OSError):
+        info, jemalloc = None, True
+    if info is not None and not jemalloc:
+        out["malloc_in_use"] = (info.uordblks + info.hblkhd) / 2**20
+        out["malloc_free_held"] = info.fordblks / 2**20
+    else:
+        out["malloc_in_use"] = out["malloc_free_held"] = None
+    return out
 
 
 def _trace_start() -> None:

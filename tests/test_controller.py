@@ -117,6 +117,27 @@ def test_rebuilt_learner_hands_back_credits_it_never_submitted():
     assert ctl.state()["credits_returned"]["forgotten"] == 1 and ctl.chunks_in_flight == 0
 
 
+def test_span_metadata_stays_bounded_over_many_submissions():
+    # the scheduler appends one metadata entry per submission to a span that lives for ever
+    # (dask/distributed#7977); the controller folds identical ones for explorer tasks
+    from distributed import Client, LocalCluster
+
+    from tianji_dask.dataflow.controller import SPAN_METADATA_MAX
+
+    def collections(dask_scheduler, key):
+        span = dask_scheduler.extensions["spans"].spans[dask_scheduler.tasks[key].group.span_id]
+        return len(span._metadata["collections"])
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        plain = [client.submit(abs, -i, key=f"plain-{i}") for i in range(100)]
+        client.gather(plain)
+        assert client.run_on_scheduler(collections, key="plain-99") >= 100  # what it does unchecked
+        client.register_plugin(StalenessController())
+        held = [client.submit(abs, -i, key=f"tianji-explore-t-{i}") for i in range(3 * SPAN_METADATA_MAX)]
+        client.gather(held)
+        assert client.run_on_scheduler(collections, key=held[-1].key) <= SPAN_METADATA_MAX + 1
+
+
 @pytest.mark.parametrize("settings,field", [
     ({"window": 0}, "window"),
     ({"window_min": 5, "window_max": 2}, "window_min"),

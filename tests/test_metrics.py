@@ -48,3 +48,38 @@ def test_ledger_time_split_counts_nested_parts_once():
     # busy = wall - wait; of it, updates and ingesting are the algorithm's, the rest dataflow
     busy = wall - seconds["wait"]
     assert abs(split["dataflow_fraction"] - (busy - 0.01) / busy) < 1e-3
+
+
+def test_ledger_books_thousands_of_chunks_compactly_and_round_trips():
+    import time
+
+    from tianji_dask.config import StopConfig
+    from tianji_dask.dataflow.ledger import Ledger
+    from tianji_dask.metrics import CHUNK_FIELDS
+
+    t0 = time.time()
+    ledger = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=t0, t_process_start=t0)
+    rng = np.random.default_rng(0)
+    n = 3000  # past the first buffer, so it grows
+    for i in range(n):
+        eps = np.array([[t0 + i + 0.5, float(i), 10.0], [t0 + i + 0.2, float(-i), 5.0]])  # out of order
+        chunk = {"policy_version": i, "explorer_id": i % 3, "env_steps": 16, "nbytes": 100,
+                 "t_start": t0 + i, "t_end": t0 + i + 0.9, "episodes": eps}
+        ledger.consume(chunk, version=i + int(rng.integers(0, 5)), kept_steps=16, t_consumed=t0 + i + 1)
+    episodes, chunks = ledger.arrays()
+    assert episodes.shape == (2 * n, 4) and chunks.shape == (n, len(CHUNK_FIELDS))
+    assert np.array_equal(episodes[:2, 1], [0.0, 0.0]) and np.array_equal(episodes[2:4, 1], [-1.0, 1.0])  # sorted by end
+    assert np.array_equal(episodes[:, 3], np.repeat(np.arange(n) % 3, 2))
+    staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")]
+    status = ledger.status(version=n)
+    assert status["episodes"] == 2 * n and status["env_steps"] == 16 * n
+    assert status["staleness_recent_mean"] == staleness[-50:].mean()  # staleness, not the learner's version
+    assert ledger.chunk_rows.view().nbytes < 2 * n * len(CHUNK_FIELDS) * 8 + 1
+    # a checkpoint's books load back into the same rows, on a clock that goes on
+    again = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=0.0, t_process_start=0.0)
+    again.load_state_dict(ledger.state_dict(now=t0 + n + 5), now=t0 + 100 + n + 5)
+    e2, c2 = again.arrays()
+    np.testing.assert_allclose(e2[:, 0] - 100, episodes[:, 0])
+    np.testing.assert_array_equal(c2[:, 5], staleness)
+    ledger.consume({**chunk, "episodes": np.zeros((0, 3))}, version=n, kept_steps=16)
+    assert len(ledger.episodes) == 2 * n and len(ledger.chunk_rows) == n + 1 and len(again.chunk_rows) == n

@@ -300,6 +300,10 @@ class Books:
         return out
 
 
+#: span metadata entries kept before identical ones are folded (see update_graph)
+SPAN_METADATA_MAX = 64
+
+
 class StalenessController(SchedulerPlugin):
     """The scheduler plugin: one run's books, one per group, and the handlers that reach them.
 
@@ -358,6 +362,22 @@ class StalenessController(SchedulerPlugin):
                 else:
                     books.returned_forgotten += 1
                 return
+
+    def update_graph(self, scheduler, *, tasks=None, **kwargs):
+        """Keep the scheduler's span metadata bounded. Every submission adds its collection
+        description ({"type": "Future"}) to the span its tasks join, and spans live as long as
+        the scheduler (dask/distributed#7977): one dict per explorer task, for ever, about
+        0.2 MiB a minute at CartPole's chunk rate. Identical entries say nothing new; keep one."""
+        if not tasks or not isinstance(tasks[0], str) or not tasks[0].startswith(EXPLORE_PREFIX):
+            return
+        spans = scheduler.extensions.get("spans")
+        ts = scheduler.tasks.get(tasks[0])
+        if spans is None or ts is None:
+            return
+        span = spans.spans.get(ts.group.span_id)
+        collections = (getattr(span, "_metadata", None) or {}).get("collections")
+        if collections is not None and len(collections) > SPAN_METADATA_MAX:
+            collections[:] = list({repr(c): c for c in collections}.values())
 
     def valid_workers_downscaling(self, scheduler, workers):
         """Adaptive clusters never retire the learner's worker: its actor would be lost."""

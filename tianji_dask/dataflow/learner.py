@@ -524,7 +524,7 @@ class Learner:
         if self._reducer is not None:
             window = self.spec["stop"].window
             status.update(group=self.group, fusions=len(self._fusions), waiting_for_fusion=self._fusion is not None,
-                          recent_episodes=[[t, r] for t, r, _, _ in self.ledger.episodes[-window:]])
+                          recent_episodes=self.ledger.episodes.view()[-window:, :2].tolist())
         status["window"] = self._ctl.get("window")
         status["replay_ratio"] = self._replay_ratio()
         if self._tb is not None:

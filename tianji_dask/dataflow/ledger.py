@@ -14,14 +14,51 @@ import numpy as np
 from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary, time_to_solve
 
 
+class Rows:
+    """An append-only table of float64 rows in one numpy buffer that doubles as it fills.
+
+    The chunk log and the episodes grow with every chunk for the whole run (they become
+    chunks.csv and episodes.csv); as Python tuples of floats a chunk row took about 330 bytes of
+    the learner's memory, here it takes 8 bytes a field (88), and a checkpoint copies one array."""
+
+    def __init__(self, width: int, rows: np.ndarray | None = None):
+        rows = np.zeros((0, width)) if rows is None else np.asarray(rows, dtype=np.float64).reshape(-1, width)
+        self._buf = np.empty((max(1024, 2 * len(rows)), width))
+        self._buf[: len(rows)] = rows
+        self._n = len(rows)
+
+    def _reserve(self, extra: int) -> None:
+        if self._n + extra > len(self._buf):
+            bigger = np.empty((max(2 * len(self._buf), self._n + extra), self._buf.shape[1]))
+            bigger[: self._n] = self._buf[: self._n]
+            self._buf = bigger
+
+    def append(self, row) -> None:
+        self._reserve(1)
+        self._buf[self._n] = row
+        self._n += 1
+
+    def extend(self, rows: np.ndarray) -> None:
+        self._reserve(len(rows))
+        self._buf[self._n: self._n + len(rows)] = rows
+        self._n += len(rows)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def view(self) -> np.ndarray:
+        """The rows so far (a view: valid until the next append)."""
+        return self._buf[: self._n]
+
+
 class Ledger:
     def __init__(self, stop, *, t_run_start: float, t_process_start: float, explorer_workers: int = 1):
         self.stop = stop
         self.t_run_start = t_run_start
         self.t_process_start = t_process_start
         self.explorer_workers = explorer_workers
-        self.episodes: list[tuple[float, float, float, int]] = []
-        self.chunk_rows: list[tuple] = []
+        self.episodes = Rows(4)  # (t_end, return, length, explorer_id)
+        self.chunk_rows = Rows(len(CHUNK_FIELDS))
         self.lost: list[dict] = []
         self.dropped: dict[str, int] = {}  # chunks consumed but not trained on, by reason
         self.env_steps = 0
@@ -61,16 +98,16 @@ class Ledger:
         self.explore_s += chunk["t_end"] - chunk["t_start"]
         eps = chunk["episodes"]
         if len(eps):
-            for t_end, ret, length in eps[np.argsort(eps[:, 0])]:
-                self.episodes.append((float(t_end), float(ret), float(length), chunk["explorer_id"]))
-                self._recent_returns.append(float(ret))
+            eps = eps[np.argsort(eps[:, 0])]
+            self.episodes.extend(np.column_stack([eps[:, :3], np.full(len(eps), chunk["explorer_id"])]))
+            self._recent_returns.extend(eps[:, 1].tolist())
             target = self.stop.target_return
             # the cheap arrival-order mean gates the exact rule (episodes sorted by end time), so
             # the run stops exactly when the reported time-to-solve exists
             if (self.solved_online_at is None and target is not None
                     and len(self._recent_returns) == self.stop.window
                     and sum(self._recent_returns) / self.stop.window >= target
-                    and time_to_solve(np.asarray(self.episodes), target, self.stop.window) is not None):
+                    and time_to_solve(self.episodes.view(), target, self.stop.window) is not None):
                 self.solved_online_at = t_consumed
         return staleness, age_s
 
@@ -141,8 +178,8 @@ class Ledger:
         episodes[:, 0] += self.t_run_start
         for i in self._CHUNK_TIMES:
             chunks[:, i] += self.t_run_start
-        self.episodes = [(float(t), float(r), float(n), int(e)) for t, r, n, e in episodes]
-        self.chunk_rows = [tuple(row) for row in chunks.tolist()]
+        self.episodes = Rows(4, episodes)
+        self.chunk_rows = Rows(len(CHUNK_FIELDS), chunks)
         self.lost, self.dropped = list(state["lost"]), dict(state["dropped"])
         for key in ("env_steps", "env_steps_used", "updates", "samples_trained", "learn_s", "explore_s", "bytes"):
             setattr(self, key, state[key])
@@ -176,7 +213,7 @@ class Ledger:
     def status(self, version: int, now: float | None = None) -> dict:
         now = time.time() if now is None else now
         wall = max(now - self.t_run_start, 1e-9)
-        recent = self.chunk_rows[-50:]
+        recent = self.chunk_rows.view()[-50:, CHUNK_FIELDS.index("staleness_versions")]
         return {
             "version": version,
             "env_steps": self.env_steps,
@@ -185,7 +222,7 @@ class Ledger:
             "mean_return": self.mean_return(),
             "elapsed_s": wall,
             "env_steps_per_s": self.env_steps / wall,
-            "staleness_recent_mean": (sum(r[4] for r in recent) / len(recent)) if recent else None,
+            "staleness_recent_mean": float(recent.mean()) if len(recent) else None,
             "solved": self.solved_online_at is not None,
             "stop_reason": self.stop_reason,
             "chunks_lost": len(self.lost),
@@ -193,9 +230,8 @@ class Ledger:
         }
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        episodes = np.asarray(self.episodes, dtype=np.float64).reshape(-1, 4)
-        chunks = np.asarray(self.chunk_rows, dtype=np.float64).reshape(-1, len(CHUNK_FIELDS))
-        return episodes, chunks
+        """Copies of (episodes, chunk log) as float64 arrays."""
+        return self.episodes.view().copy(), self.chunk_rows.view().copy()
 
     def results(self, version: int, extra: dict | None = None) -> dict:
         t_end = self.t_end or time.time()
