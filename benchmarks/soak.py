@@ -255,7 +255,8 @@ def _trace_growth(top: int) -> list[str]:
     total_base = sum(s.size for s in base.statistics("filename"))
     lines = [f"{total_now / 2**20:.1f} MiB ({(total_now - total_base) / 2**20:+.1f} MiB)"]
     for s in stats[:top]:
-        frames = " <- ".join(f"{_short(f.filename)}:{f.lineno}" for f in list(s.traceback)[:4])
+        # tracemalloc lists frames oldest first: the allocation site is the last one
+        frames = " <- ".join(f"{_short(f.filename)}:{f.lineno}" for f in list(s.traceback)[::-1][:5])
         lines.append(f"{s.size_diff / 2**20:+.2f} MiB in {s.count_diff:+d} blocks: {frames}")
     tracemalloc.stop()
     return lines
