@@ -127,7 +127,7 @@ def main(argv=None) -> int:
                f"every {args.heap_every:g} s in each process. pymalloc arenas hold Python's small objects (live: the "
                "objects themselves); malloc in use is everything else allocated (tensors, arrays, libraries); "
                "malloc free-held is freed memory glibc keeps; other = RSS - arenas - malloc in use - free-held "
-               "(code, stacks, mapped files, untouched pages). '-' where the allocator is not glibc's.", "",
+               "(code, stacks, mapped files, untouched pages). '-': not measurable in that run (malloc: the allocator is not glibc's; pymalloc: its statistics are off while tracemalloc traces).", "",
                "| role | " + " | ".join(parts) + " |", "|---|" + "---|" * len(parts)]
         for r in heap_rows:
             md.append(f"| {r['role']} | " + " | ".join("-" if r[p] is None else f"{r[p]:+.3f}" for p in parts) + " |")
@@ -185,7 +185,8 @@ def _short(filename: str) -> str:
     """A source file named from its package or the standard library down, not from the disk root."""
     import re
 
-    return re.sub(r"^.*/(site-packages|python3\.\d+)/", "", filename)
+    filename = re.sub(r"^.*/(site-packages|python3\.\d+)/", "", filename)
+    return re.sub(r"^/.*?/((tianji_dask|benchmarks)/)", r"\1", filename)  # this project's files from its root
 
 
 def _heap() -> dict:
