@@ -23,26 +23,17 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
-
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_report  # noqa: E402 - sibling scripts
-from time_to_solve import run_once  # noqa: E402
+from time_to_solve import pipeline_copy, run_once  # noqa: E402
 
 
 def run_for(pipeline: str, seed: int, seconds: float) -> dict:
     """One run of ``pipeline`` for ``seconds`` with ``stop.on_solve`` off (through a copy of its YAML)."""
-    from tianji_dask.config import resolve_pipeline_path
-
-    data = yaml.safe_load(resolve_pipeline_path(pipeline).read_text())
-    data.setdefault("stop", {})["on_solve"] = False
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{pipeline}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return run_once(str(path), seed, "relaxed", seconds, [])
+    with pipeline_copy(pipeline, {"stop.on_solve": False}) as path:
+        return run_once(path, seed, "relaxed", seconds, [])
 
 
 def row(pipeline: str, r: dict) -> dict:

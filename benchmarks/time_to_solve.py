@@ -2,6 +2,7 @@
 
     python benchmarks/time_to_solve.py [--pipelines cartpole_ppo cartpole_dqn] [--seeds 0 1 2]
                                        [--mode relaxed] [--max-seconds 300] [--json out.json]
+                                       [--set chunk_steps=32 ...]
 
 Runs alternate pipelines seed by seed (machines here are noisy, so neighbours share the noise) and
 print, for each pipeline, every run and the median time-to-solve from run start and from process
@@ -11,12 +12,46 @@ start. Each run is a fresh process, so "process start" includes starting its clu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
+
+
+def parse_sets(items: list[str]) -> dict:
+    """``KEY=VALUE`` strings (dotted keys, YAML values) as a dict of pipeline overrides."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set: expected KEY=VALUE (e.g. chunk_steps=32), got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+@contextlib.contextmanager
+def pipeline_copy(pipeline: str, overrides: dict):
+    """The path of a temporary copy of ``pipeline``'s YAML with dotted-key ``overrides`` applied
+    (the CLI takes pipeline files; the copy keeps the pipeline's name)."""
+    from tianji_dask.config import resolve_pipeline_path
+
+    source = resolve_pipeline_path(pipeline)
+    data = yaml.safe_load(source.read_text())
+    for dotted, value in overrides.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / source.name
+        path.write_text(yaml.safe_dump(data))
+        yield str(path)
 
 
 def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: list[str]) -> dict:
@@ -38,13 +73,17 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=300)
     parser.add_argument("--explorers", type=int)
     parser.add_argument("--json", help="write every run's results here")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="override pipeline settings in every run (dotted keys, YAML values)")
     args = parser.parse_args(argv)
     extra = ["--explorers", str(args.explorers)] if args.explorers else []
+    overrides = parse_sets(args.set)
 
     runs: dict[str, list[dict]] = {p: [] for p in args.pipelines}
     for seed in args.seeds:
         for pipeline in args.pipelines:
-            r = run_once(pipeline, seed, args.mode, args.max_seconds, extra)
+            with pipeline_copy(pipeline, overrides) as path:
+                r = run_once(path, seed, args.mode, args.max_seconds, extra)
             runs[pipeline].append(r)
             tts = r["time_to_solve_s"]
             print(f"{pipeline:>16} seed {seed}: " + (

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -529,12 +528,9 @@ print(json.dumps({k: r.get(k) for k in ("env_steps", "wall_s", "env_steps_per_s"
 
 
 def cmd_scaling(args) -> int:
-    import yaml
+    from time_to_solve import parse_sets
 
-    overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        overrides[key] = yaml.safe_load(value)
+    overrides = parse_sets(args.set)
     rows = []
     for rep in range(args.repeats):
         for n in args.explorers:
