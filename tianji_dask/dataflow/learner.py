@@ -24,9 +24,9 @@ from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.torch_setup import learner_device, prepare_torch
 
 STATUS_EVERY_S = 0.2
-REPORT_EVERY_S = 0.1
+REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
-HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left  # consumed chunks reach the controller at least this often
+HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left
 
 
 class Learner:
