@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from tianji_dask.config import PipelineError
+from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller import StalenessController, WindowLaw, replay_gate
 from tianji_dask.run import Run
 
@@ -271,15 +271,17 @@ def test_replay_ratio_band_paces_explorers(tianji_client, tmp_path):
     assert (lo, hi) == (6.0, 24.0)  # the pipeline's band
     prog = results["replay_progress"]
     rho = prog["samples_trained"] / prog["env_steps"]
-    # at most a chunk's worth of data beyond the floor; never above the ceiling
-    assert lo * (prog["env_steps"] - 2 * 256) / prog["env_steps"] <= rho <= hi
+    # at most a chunk's worth of data (per explorer) beyond the floor; never above the ceiling
+    chunk = run.pipeline.chunk_steps * run.pipeline.env.num_envs
+    assert lo * (prog["env_steps"] - 2 * chunk) / prog["env_steps"] <= rho <= hi
     assert ctrl["refused_replay_ratio"] > 0  # explorers were held back, not the learner
 
 
 def test_explorer_errors_return_their_credits(tianji_client, tmp_path):
-    # explorer 0's envs break after 40 steps: every other chunk fails and its envs are rebuilt
+    # explorer 0's envs break after 1.25 chunks' steps: every other chunk fails and its envs are rebuilt
+    steps = load_pipeline("cartpole_dqn").chunk_steps
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "fail", overrides={
-        "env.id": "sleepy_env:FailingCartPole-v0", "env.explorer_kwargs": {0: {"fail_after": 40}},
+        "env.id": "sleepy_env:FailingCartPole-v0", "env.explorer_kwargs": {0: {"fail_after": steps + steps // 4}},
         "stop.target_return": None, "stop.max_seconds": 4,
     })
     results = run.start().wait()
