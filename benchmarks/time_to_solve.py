@@ -29,7 +29,8 @@ def parse_sets(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--set: expected KEY=VALUE (e.g. chunk_steps=32), got {item!r}")
+            print(f"--set: expected KEY=VALUE (e.g. chunk_steps=32), got {item!r}", file=sys.stderr)
+            raise SystemExit(2)
         overrides[key] = yaml.safe_load(value)
     return overrides
 
@@ -38,16 +39,10 @@ def parse_sets(items: list[str]) -> dict:
 def pipeline_copy(pipeline: str, overrides: dict):
     """The path of a temporary copy of ``pipeline``'s YAML with dotted-key ``overrides`` applied
     (the CLI takes pipeline files; the copy keeps the pipeline's name)."""
-    from tianji_dask.config import resolve_pipeline_path
+    from tianji_dask.config import _apply_overrides, resolve_pipeline_path  # the Run API's own dotted-key rule
 
     source = resolve_pipeline_path(pipeline)
-    data = yaml.safe_load(source.read_text())
-    for dotted, value in overrides.items():
-        *parents, last = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
+    data = _apply_overrides(yaml.safe_load(source.read_text()), overrides)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / source.name
         path.write_text(yaml.safe_dump(data))
