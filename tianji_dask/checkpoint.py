@@ -11,6 +11,7 @@ Dask-free: the learner actor and the single-process mode share it.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
@@ -150,7 +151,7 @@ class NumericFault(RuntimeError):
 
 
 def check_finite(metrics: dict, version: int) -> None:
-    bad = [k for k, v in metrics.items() if isinstance(v, float) and not np.isfinite(v)]
+    bad = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:
         raise NumericFault(f"numeric: non-finite {', '.join(bad)} at version {version}; the run stops, "
                            f"the last good checkpoint is kept")
