@@ -77,3 +77,35 @@ def test_missing_field_is_named(chunks):
     del bad["t_end"]
     with pytest.raises(ValueError, match="missing field 't_end'"):
         validate_chunk(bad)
+
+
+@pytest.mark.parametrize("scale", [1, 64])  # packed into one buffer / above PACK_LIMIT: pickled field by field
+def test_chunk_travels_through_dask_serialization_intact(scale):
+    """What the learner gets from Dask's (de)serialization is the chunk the explorer made: same
+    type, fields, dtypes, shapes and values, arrays writable; a small chunk goes as one buffer."""
+    from distributed.protocol import dumps, loads
+    from distributed.protocol.serialize import to_serialize
+
+    from tianji_dask.dataflow.chunk import PACK_LIMIT, SampleChunk, make_chunk, validate_chunk
+
+    t, n = 16, 4
+    rng = np.random.default_rng(scale)
+    chunk = make_chunk(obs=rng.standard_normal((t + 1, n, 8 * scale * scale), dtype=np.float32),
+                       actions=rng.integers(0, 3, (t, n)), rewards=rng.standard_normal((t, n), dtype=np.float32),
+                       terminated=rng.random((t, n)) < 0.1, truncated=np.zeros((t, n), bool), valid=np.ones((t, n), bool),
+                       extras={"logp": rng.standard_normal((t, n), dtype=np.float32)}, explorer_id=3, policy_version=7,
+                       t_start=1.0, t_end=2.0, episodes=[(1.5, 10.0, 10)])
+    chunk["explore_s"] = 0.25
+    assert (chunk["nbytes"] <= PACK_LIMIT) == (scale == 1)
+    frames = dumps({"data": to_serialize(chunk)})
+    back = loads(frames)["data"]
+    assert type(back) is SampleChunk and list(back) == list(chunk)
+    for k, v in chunk.items():
+        if isinstance(v, np.ndarray):
+            assert back[k].dtype == v.dtype and back[k].shape == v.shape and np.array_equal(back[k], v), k
+            assert back[k].flags.writeable, k
+        else:
+            assert back[k] == v and type(back[k]) is type(v), k
+    validate_chunk(back)
+    if scale == 1:  # one message header, the chunk's sub-header, its pickle and one buffer
+        assert len(frames) == 4

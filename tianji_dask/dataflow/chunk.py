@@ -1,7 +1,6 @@
 """SampleChunk: the one unit of data that moves from an explorer to the learner.
 
-A chunk is a plain dict (so Dask serialises its numpy arrays zero-copy) holding T vector steps of
-N environments. Observations are stored once, as T+1 frames: frame t+1 is the next observation of
+A chunk is a dict (a ``SampleChunk``) holding T vector steps of N environments. Observations are stored once, as T+1 frames: frame t+1 is the next observation of
 step t, so no next-observation is ever duplicated. Gymnasium's vector envs reset an env on the step
 *after* it finished (autoreset NEXT_STEP); that reset step is not a transition and is marked
 ``valid = False``.
@@ -11,6 +10,8 @@ This module imports neither Dask nor torch.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 #: arrays every chunk carries: name -> (dtype kind check, leading shape as a function of T, N)
@@ -19,6 +20,52 @@ ARRAY_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
 STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes")
 #: finished episodes, one row each: (t_end [unix s], return, length)
 EPISODE_COLUMNS = ("t_end", "return", "length")
+
+
+#: chunks whose arrays total at most this many bytes travel packed into one buffer (see SampleChunk)
+PACK_LIMIT = 2**19
+_ALIGN = 64  # each array starts on a 64-byte boundary of the packed buffer
+
+
+class SampleChunk(dict):
+    """A chunk: a dict of arrays and stamps that pickles, and so travels through Dask, as one
+    contiguous buffer plus a small layout.
+
+    Dask serializes a plain dict field by field (a sub-header, a pickle or numpy header and frame
+    bookkeeping each): about 1 ms for a chunk's 15 fields on the machine measured, whatever their
+    size, and 16 frames on the wire. Packed, a small chunk is one out-of-band buffer (pickle
+    protocol 5, no copy on the receiving side: the arrays are views into the received buffer).
+    Above ``PACK_LIMIT`` the copy into one buffer would cost more than it saves, so a large
+    chunk pickles as a plain dict, each array its own zero-copy buffer."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol):
+        arrays = [(k, v) for k, v in self.items() if isinstance(v, np.ndarray)]
+        total = sum(v.nbytes for _, v in arrays)
+        if protocol < 5 or total > PACK_LIMIT or any(v.dtype.hasobject for _, v in arrays):
+            return SampleChunk, (dict(self),)
+        layout, offset = [], 0
+        for name, arr in arrays:
+            layout.append((name, arr.dtype.str, arr.shape, offset))
+            offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+        buf = np.empty(offset, np.uint8)
+        for (_, arr), (_, _, _, start) in zip(arrays, layout):
+            buf[start:start + arr.nbytes] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        stamps = {k: v for k, v in self.items() if not isinstance(v, np.ndarray)}
+        return _unpack, (layout, stamps, pickle.PickleBuffer(buf))
+
+
+def _unpack(layout: list, stamps: dict, buffer) -> SampleChunk:
+    """A packed chunk back: its arrays are views into ``buffer`` (writable when it is)."""
+    raw = np.frombuffer(buffer, np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+    chunk = SampleChunk()
+    for name, dtype, shape, start in layout:
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        chunk[name] = raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+    chunk.update(stamps)
+    return chunk
 
 
 def make_chunk(
@@ -35,8 +82,8 @@ def make_chunk(
     t_start: float,
     t_end: float,
     episodes: list[tuple[float, float, int]],
-) -> dict:
-    chunk = {
+) -> SampleChunk:
+    chunk = SampleChunk({
         "obs": obs,
         "actions": actions,
         "rewards": rewards.astype(np.float32, copy=False),
@@ -50,7 +97,7 @@ def make_chunk(
         "env_steps": int(valid.sum()),
         "t_start": float(t_start),
         "t_end": float(t_end),
-    }
+    })
     chunk["nbytes"] = int(sum(v.nbytes for v in chunk.values() if isinstance(v, np.ndarray)))
     return chunk
 
