@@ -1,7 +1,8 @@
 """Where the time goes: learner busy fraction and the dataflow's overhead, per pipeline, over seeds.
 
     python benchmarks/overhead.py [--pipelines cartpole_dqn cartpole_ppo] [--seeds 0 1 2]
-                                  [--seconds 30] [--out docs/overhead]
+                                  [--seconds 30] [--set KEY=VALUE ...]
+                                  [--variant LABEL:KEY=VALUE[,KEY=VALUE] ...] [--out docs/overhead]
 
 Each run trains for a fixed time (``stop.on_solve`` off, so the figures cover learning, not only
 the way to the solve) in a fresh process on an embedded LocalCluster, alternating pipelines seed
@@ -15,6 +16,10 @@ by seed, and reads from its results:
   inference vs. loading weights, waiting for the executor thread, deserializing, other;
 - dataflow overhead: dataflow seconds / busy seconds, summed over the learner and the explorer
   tasks (time spent waiting is not busy; ``dataflow_overhead`` in results.json).
+
+``--set`` changes every run; each ``--variant`` adds a row per pipeline with its own settings on
+top, run right after the plain one for the same seed, so a setting's effect is measured side by
+side rather than across invocations.
 """
 
 from __future__ import annotations
@@ -27,13 +32,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_report  # noqa: E402 - sibling scripts
-from time_to_solve import pipeline_copy, run_once  # noqa: E402
+from time_to_solve import parse_sets, pipeline_copy, run_once  # noqa: E402
 
 
-def run_for(pipeline: str, seed: int, seconds: float) -> dict:
+def run_for(pipeline: str, seed: int, seconds: float, overrides: dict) -> dict:
     """One run of ``pipeline`` for ``seconds`` with ``stop.on_solve`` off (through a copy of its YAML)."""
-    with pipeline_copy(pipeline, {"stop.on_solve": False}) as path:
+    with pipeline_copy(pipeline, {**overrides, "stop.on_solve": False}) as path:
         return run_once(path, seed, "relaxed", seconds, [])
+
+
+def parse_variants(items: list[str]) -> dict[str, dict]:
+    """``LABEL:KEY=VALUE[,KEY=VALUE]`` strings as {label: overrides}; a bad one exits 2 with one line."""
+    variants = {}
+    for item in items:
+        label, sep, sets = item.partition(":")
+        if not sep or not label or not sets:
+            print(f"--variant: expected LABEL:KEY=VALUE[,KEY=VALUE] (e.g. upp4:learner.updates_per_pass=4), "
+                  f"got {item!r}", file=sys.stderr)
+            raise SystemExit(2)
+        variants[label] = parse_sets(sets.split(","), flag=f"--variant {label}")
+    return variants
 
 
 def row(pipeline: str, r: dict) -> dict:
@@ -76,14 +94,22 @@ def main(argv=None) -> int:
     parser.add_argument("--pipelines", nargs="+", default=["cartpole_dqn", "cartpole_ppo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pipeline override for every run (dotted key, YAML value); repeatable")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                        help="also run each pipeline with these overrides, as its own row; repeatable")
     parser.add_argument("--out", help="write OUT.json (every run) and OUT.md (the table)")
     args = parser.parse_args(argv)
+    common = parse_sets(args.set)
+    variants = {"": {}, **parse_variants(args.variant)}
     rows = []
+    runs = [(pipeline, label, overrides) for pipeline in args.pipelines for label, overrides in variants.items()]
     for seed in args.seeds:
-        for pipeline in args.pipelines:
-            r = row(pipeline, run_for(pipeline, seed, args.seconds))
+        for pipeline, label, overrides in runs:
+            name = f"{pipeline} ({label})" if label else pipeline
+            r = row(name, run_for(pipeline, seed, args.seconds, {**common, **overrides}))
             rows.append(r)
-            print(f"{pipeline:>14} seed {seed}: learner busy {r['learner_busy']:.1%}, dataflow overhead "
+            print(f"{name:>14} seed {seed}: learner busy {r['learner_busy']:.1%}, dataflow overhead "
                   f"{r['overhead']:.1%} (learner {r['learner_overhead']:.1%}, explorer tasks {r['explorer_overhead']:.1%}); "
                   f"explorer task seconds {r['explorer_task_seconds']}", flush=True)
     text = table(rows)

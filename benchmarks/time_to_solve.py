@@ -23,13 +23,14 @@ from pathlib import Path
 import yaml
 
 
-def parse_sets(items: list[str]) -> dict:
-    """``KEY=VALUE`` strings (dotted keys, YAML values) as a dict of pipeline overrides."""
+def parse_sets(items: list[str], flag: str = "--set") -> dict:
+    """``KEY=VALUE`` strings (dotted keys, YAML values) as a dict of pipeline overrides; a bad one
+    exits 2 with one line naming ``flag``."""
     overrides = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            print(f"--set: expected KEY=VALUE (e.g. chunk_steps=32), got {item!r}", file=sys.stderr)
+            print(f"{flag}: expected KEY=VALUE (e.g. chunk_steps=32), got {item!r}", file=sys.stderr)
             raise SystemExit(2)
         overrides[key] = yaml.safe_load(value)
     return overrides

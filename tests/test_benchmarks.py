@@ -99,3 +99,30 @@ def test_peer_runner_time_to_solve_matches_the_projects_rule():
     assert ours is not None
     assert run_peer.time_to_solve(episodes, 475.0) == pytest.approx(ours)
     assert run_peer.time_to_solve(episodes[:99], 0.0) is None
+
+
+@pytest.mark.timeout(200)
+def test_transfer_measures_dask_its_comm_and_raw_tcp_side_by_side(tmp_path):
+    out = tmp_path / "transfer"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "transfer", "--sizes-mib", "0.25",
+           "--repeats", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.with_suffix(".json").read_text())["sizes"]
+    assert row["chunk_bytes"] >= 0.2 * 2**20
+    for name in ("dask_transfer", "dask_end_to_end", "dask_comm", "raw_tcp"):
+        assert len(row[f"{name}_Bps_all"]) == 2 and all(v > 0 for v in row[f"{name}_Bps_all"]), name
+    assert row["ratio_comm_vs_raw"] == row["dask_comm_Bps"] / row["raw_tcp_Bps"]
+    assert "| Dask comm alone |" in out.with_suffix(".md").read_text()
+
+
+def test_overhead_variants_parse_and_bad_ones_exit_2(capsys):
+    overhead = _load("overhead", ROOT / "benchmarks" / "overhead.py")
+    assert overhead.parse_variants(["upp4:learner.updates_per_pass=4,chunk_steps=64"]) == {
+        "upp4": {"learner.updates_per_pass": 4, "chunk_steps": 64}}
+    for bad in ("upp4", "upp4:", ":chunk_steps=4", "upp4:chunk_steps"):
+        with pytest.raises(SystemExit) as exc:
+            overhead.parse_variants([bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("--variant") and len(err.strip().splitlines()) == 1, err
