@@ -1,7 +1,8 @@
 """SampleChunk: the one unit of data that moves from an explorer to the learner.
 
-A chunk is a dict (a ``SampleChunk``) holding T vector steps of N environments. Observations are stored once, as T+1 frames: frame t+1 is the next observation of
-step t, so no next-observation is ever duplicated. Gymnasium's vector envs reset an env on the step
+A chunk is a dict (a ``SampleChunk``) holding T vector steps of N environments. Observations
+are stored once, as T+1 frames: frame t+1 is the next observation of step t, so no
+next-observation is ever duplicated. Gymnasium's vector envs reset an env on the step
 *after* it finished (autoreset NEXT_STEP); that reset step is not a transition and is marked
 ``valid = False``.
 
@@ -36,7 +37,9 @@ class SampleChunk(dict):
     size, and 16 frames on the wire. Packed, a small chunk is one out-of-band buffer (pickle
     protocol 5, no copy on the receiving side: the arrays are views into the received buffer).
     Above ``PACK_LIMIT`` the copy into one buffer would cost more than it saves, so a large
-    chunk pickles as a plain dict, each array its own zero-copy buffer."""
+    chunk pickles as one pickle of its dict, each array its own out-of-band (zero-copy) buffer.
+    Measured worker to worker, packed against a plain dict: 32 KiB 1.77 vs 2.53 ms; 1 MiB packed
+    gained nothing (the copy ate it), pickled whole 3.89 vs 4.30 ms."""
 
     __slots__ = ()
 
