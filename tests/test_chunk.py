@@ -79,7 +79,7 @@ def test_missing_field_is_named(chunks):
         validate_chunk(bad)
 
 
-@pytest.mark.parametrize("scale", [1, 64])  # packed into one buffer / above PACK_LIMIT: pickled field by field
+@pytest.mark.parametrize("scale", [1, 64])  # packed into one buffer / above PACK_LIMIT: one pickle, arrays out of band
 def test_chunk_travels_through_dask_serialization_intact(scale):
     """What the learner gets from Dask's (de)serialization is the chunk the explorer made: same
     type, fields, dtypes, shapes and values, arrays writable; a small chunk goes as one buffer."""

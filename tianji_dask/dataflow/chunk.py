@@ -61,7 +61,7 @@ class SampleChunk(dict):
 
 def _unpack(layout: list, stamps: dict, buffer) -> SampleChunk:
     """A packed chunk back: its arrays are views into ``buffer`` (writable when it is)."""
-    raw = np.frombuffer(buffer, np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+    raw = np.frombuffer(buffer, np.uint8)
     chunk = SampleChunk()
     for name, dtype, shape, start in layout:
         dtype = np.dtype(dtype)
