@@ -138,6 +138,25 @@ def test_span_metadata_stays_bounded_over_many_submissions():
         assert client.run_on_scheduler(collections, key=held[-1].key) <= SPAN_METADATA_MAX + 1
 
 
+def test_key_name_cache_stays_bounded_over_many_submissions(monkeypatch):
+    # Dask caches key_split for 100,000 keys; every explorer task has a key of its own, so the
+    # scheduler would keep each one (~160 bytes) for hours; the controller clears it past LIMIT
+    from dask.utils import key_split
+    from distributed import Client, LocalCluster
+
+    from tianji_dask.dataflow import keycache
+
+    monkeypatch.setattr(keycache, "LIMIT", 50)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        key_split.cache_clear()
+        client.gather([client.submit(abs, -i, key=f"plain-{i}") for i in range(200)])
+        assert key_split.cache_info().currsize >= 200  # what it does unchecked
+        client.register_plugin(StalenessController())
+        for i in range(200):  # one submission each, as the learner's
+            client.submit(abs, -i, key=f"tianji-explore-t-{i}").result()
+        assert key_split.cache_info().currsize <= keycache.LIMIT + 5
+
+
 @pytest.mark.parametrize("settings,field", [
     ({"window": 0}, "window"),
     ({"window_min": 5, "window_max": 2}, "window_min"),

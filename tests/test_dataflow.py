@@ -169,6 +169,42 @@ def test_no_deadlock_at_the_lower_clamp(tianji_client, tmp_path):
     _check_accounting(run, results)
 
 
+def test_key_name_cache_stays_bounded_in_every_role(tianji_client, tmp_path):
+    # every chunk and weights version has a key of its own, which Dask's key_split cache would
+    # keep (~160 bytes each, up to 100,000) in the scheduler, the learner and the explorers
+    from dask.utils import key_split
+
+    from tianji_dask.dataflow import keycache
+
+    def set_limit(limit):
+        from dask.utils import key_split
+
+        from tianji_dask.dataflow import keycache
+
+        keycache.LIMIT = limit
+        key_split.cache_clear()
+
+    def size():
+        from dask.utils import key_split
+
+        return key_split.cache_info().currsize
+
+    limit = 40
+    tianji_client.run(set_limit, limit)
+    tianji_client.run_on_scheduler(set_limit, limit)
+    try:
+        run = Run("cartpole_dqn", tianji_client, out=tmp_path / "keys",
+                  overrides={"chunk_steps": 8, "stop.max_env_steps": 16_000, "stop.target_return": None})
+        results = run.start().wait()
+        assert results["error"] is None and results["chunks"] >= 5 * limit
+        sizes = {**tianji_client.run(size), "scheduler": tianji_client.run_on_scheduler(size)}
+        assert all(n <= limit + 16 for n in sizes.values()), sizes
+    finally:
+        tianji_client.run(set_limit, keycache.LIMIT)
+        tianji_client.run_on_scheduler(set_limit, keycache.LIMIT)
+        key_split.cache_clear()
+
+
 def test_stop_from_outside_ends_run_and_keeps_results(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "stop", overrides={"stop.max_seconds": 300})
     run.start()

@@ -15,6 +15,8 @@ from collections import Counter, deque
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from tianji_dask.dataflow.keycache import bound_key_cache
+
 logger = logging.getLogger("tianji_dask.controller")
 
 EXPLORE_PREFIX = "tianji-explore-"
@@ -367,7 +369,9 @@ class StalenessController(SchedulerPlugin):
         """Keep the scheduler's span metadata bounded. Every submission adds its collection
         description ({"type": "Future"}) to the span its tasks join, and spans live as long as
         the scheduler (dask/distributed#7977): one dict per explorer task, for ever, about
-        0.2 MiB a minute at CartPole's chunk rate. Identical entries say nothing new; keep one."""
+        0.2 MiB a minute at CartPole's chunk rate. Identical entries say nothing new; keep one.
+        (And Dask's key-name cache, which would keep every task's key: see keycache.)"""
+        bound_key_cache()
         if not tasks or not isinstance(tasks[0], str) or not tasks[0].startswith(EXPLORE_PREFIX):
             return
         spans = scheduler.extensions.get("spans")

@@ -14,6 +14,7 @@ import time
 from distributed import WorkerPlugin, get_worker
 from distributed.metrics import context_meter
 
+from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.rollout import Rollout
 
 POOL_NAME = "tianji-envs"
@@ -99,4 +100,5 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     chunk["explore_s"] = time.perf_counter() - t0
     pool.env_steps += chunk["env_steps"]
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
+    bound_key_cache()  # every chunk's key passes through this worker's key-name cache
     return chunk

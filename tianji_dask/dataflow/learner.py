@@ -20,6 +20,7 @@ from distributed import as_completed, get_client, get_worker
 from tianji_dask import checkpoint
 from tianji_dask.dataflow.controller import replay_gate
 from tianji_dask.dataflow.explorer import explore_chunk
+from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.dataflow.ledger import Ledger
 from tianji_dask.torch_setup import learner_device, prepare_torch
 
@@ -307,6 +308,7 @@ class Learner:
         wref_version, wref = self._newest_weights()
         explore = self.algo.exploration(self.ledger.env_steps, self.version)
         with self.ledger.timed("submit"):
+            bound_key_cache()  # the chunks' and weights' keys pass through this process's key-name cache
             for key, eid in want[: len(reply["granted"])]:
                 home = self._home(eid)
                 task = self._client.submit(
