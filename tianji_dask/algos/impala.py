@@ -7,8 +7,10 @@ learner's current policy pi and those behaviour probabilities mu give the import
 V-trace clips (rho_bar, c_bar) to correct for the lag.
 
 One ``learn()`` takes the first ``segments_per_batch`` segments and makes ``update_epochs`` passes
-over them, one gradient step per group of envs (``num_minibatches``), recomputing V-trace with the
-current network before each step: one version.
+over them: one version. By default each pass takes one gradient step per group of envs
+(``num_minibatches``), recomputing V-trace with the current network before each step; with
+``minibatch_size`` set, each pass computes V-trace once for the whole batch and takes one step per
+random minibatch of that many single steps (PPO's shape: many small steps per segment).
 
 Episode boundaries follow the chunk format (see ``dataflow/chunk.py``): a terminated step does not
 bootstrap; a truncated step bootstraps from the value of the true final observation (frame t+1);
@@ -57,6 +59,10 @@ class IMPALAConfig(AlgoConfig):
     update_epochs: int = Field(2, ge=1)
     #: groups of envs (whole time series: V-trace runs along time) per pass
     num_minibatches: int = Field(1, ge=1)
+    #: instead of groups of envs: V-trace computed once per pass over the whole batch, then
+    #: random minibatches of this many steps (PPO's shape; num_minibatches is then unused).
+    #: Many small steps per segment without cutting V-trace's time series short.
+    minibatch_size: int | None = Field(None, ge=2)
     #: scale policy-gradient advantages to unit variance per batch (not in the paper: it makes
     #: the step size independent of the reward scale)
     norm_adv: bool = True
@@ -123,8 +129,16 @@ class IMPALA(SegmentActorCritic, Algorithm):
         """The IMPALA loss over the valid steps of ``segments``: policy gradient with V-trace
         advantages + vf_coef x squared error to the V-trace targets - ent_coef x entropy.
         Returns (loss, detached statistics)."""
+        return self._loss_of(self._terms(segments))
+
+    def _terms(self, segments: list[dict], keep_inputs: bool = False) -> dict[str, torch.Tensor]:
+        """Per valid step of ``segments``, under the current network: the target policy's
+        log-probability, entropy and value (with gradients unless called under no_grad), and
+        the behaviour log-probability, V-trace target, advantage and importance ratio.
+        ``keep_inputs``: also the observation and action of each valid step."""
         c = self.config
-        parts: dict[str, list] = {k: [] for k in ("logp", "behaviour_logp", "entropy", "value", "vs", "adv", "rho")}
+        names = ("logp", "behaviour_logp", "entropy", "value", "vs", "adv", "rho") + (("obs", "actions") if keep_inputs else ())
+        parts: dict[str, list] = {k: [] for k in names}
         for seg in segments:
             T, N = seg["rewards"].shape
             valid = seg["valid"]
@@ -150,8 +164,13 @@ class IMPALA(SegmentActorCritic, Algorithm):
             parts["vs"].append(torch.from_numpy(vs[valid]).to(self.device))
             parts["adv"].append(torch.from_numpy(adv[valid]).to(self.device))
             parts["rho"].append(torch.from_numpy(ratio[valid]).to(self.device))
-        b = {k: torch.cat(v) for k, v in parts.items()}
+            if keep_inputs:
+                parts["obs"].append(obs.reshape(T + 1, N, -1)[:T][mask])
+                parts["actions"].append(actions.reshape(T, N)[mask])
+        return {k: torch.cat(v) for k, v in parts.items()}
 
+    def _loss_of(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        c = self.config
         adv = b["adv"]
         if c.norm_adv and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -180,17 +199,22 @@ class IMPALA(SegmentActorCritic, Algorithm):
         self.segment_versions = self.segment_versions[n_seg:]
         self.late_segments_used += sum(1 for lag in lags if lag > 0)
         self.max_lag_used = max([self.max_lag_used, *lags])
-        n_mb = min(c.num_minibatches, *(seg["rewards"].shape[1] for seg in segments))
-        for _ in range(c.update_epochs):
-            # minibatch i: the i-th group of every segment's shuffled envs
-            groups = [np.array_split(self.rng.permutation(seg["rewards"].shape[1]), n_mb) for seg in segments]
-            for i in range(n_mb):
-                loss, stats = self.loss([_env_columns(seg, g[i]) for seg, g in zip(segments, groups)])
-                self.optimizer.zero_grad()
-                loss.backward()
-                if c.max_grad_norm is not None:
-                    clip_grad_norm(self.params, c.max_grad_norm)
-                self.optimizer.step()
+        if c.minibatch_size is None:
+            n_mb = min(c.num_minibatches, *(seg["rewards"].shape[1] for seg in segments))
+            for _ in range(c.update_epochs):
+                # minibatch i: the i-th group of every segment's shuffled envs
+                groups = [np.array_split(self.rng.permutation(seg["rewards"].shape[1]), n_mb) for seg in segments]
+                for i in range(n_mb):
+                    stats = self._step(self.loss([_env_columns(seg, g[i]) for seg, g in zip(segments, groups)]))
+        else:
+            for _ in range(c.update_epochs):
+                # V-trace once per pass under the network of that moment, then PPO's shape:
+                # random minibatches of single steps, each re-evaluated under the current network
+                with torch.no_grad():
+                    fixed = self._terms(segments, keep_inputs=True)
+                order = torch.from_numpy(self.rng.permutation(len(fixed["adv"])))
+                for idx in order.split(c.minibatch_size):
+                    stats = self._step(self._loss_of(self._reevaluate({k: v[idx] for k, v in fixed.items()})))
         self.updates += 1
         self._drop_stale()
         B = sum(int(s["env_steps"]) for s in segments)
@@ -198,6 +222,23 @@ class IMPALA(SegmentActorCritic, Algorithm):
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B), segments=float(len(segments)),
                        policy_lag_mean=float(np.mean(lags)), dropped_segments=float(self.dropped_segments))
         return metrics
+
+    def _step(self, loss_and_stats: tuple[torch.Tensor, dict]) -> dict:
+        loss, stats = loss_and_stats
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.config.max_grad_norm is not None:
+            clip_grad_norm(self.params, self.config.max_grad_norm)
+        self.optimizer.step()
+        return stats
+
+    def _reevaluate(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A minibatch of fixed terms with the target log-probability, entropy and value
+        recomputed (with gradients) under the current network."""
+        logits, values = self.net(b["obs"])
+        logp_all = torch.log_softmax(logits, dim=1)
+        return {**b, "logp": logp_all.gather(1, b["actions"].reshape(-1, 1)).reshape(-1),
+                "entropy": -(logp_all.exp() * logp_all).sum(1), "value": values.reshape(-1)}
 
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
