@@ -149,6 +149,11 @@ def main(argv=None) -> int:
                "| role | " + " | ".join(parts) + " |", "|---|" + "---|" * len(parts)]
         for r in heap_rows:
             md.append(f"| {r['role']} | " + " | ".join("-" if r[p] is None else f"{r[p]:+.3f}" for p in parts) + " |")
+        from tianji_dask.dataflow.keycache import LIMIT
+
+        md += ["", f"Dask's key-name cache (entries; cleared past {LIMIT:,}): "
+               + "; ".join(f"{role} {max(h.get('key_cache_entries', 0) for _, h in pts):,} at most, "
+                           f"{pts[-1][1].get('key_cache_entries', 0):,} at the end" for role, pts in heap.items() if pts) + "."]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = " ".join(["python", "benchmarks/soak.py", *(argv or sys.argv[1:])])
@@ -221,7 +226,10 @@ def _heap() -> dict:
 
     import psutil
 
-    out = {"rss": psutil.Process().memory_info().rss / 2**20}
+    from dask.utils import key_split
+
+    # Dask's key-name cache: one entry per task key seen, bounded by the run (dataflow/keycache.py)
+    out = {"rss": psutil.Process().memory_info().rss / 2**20, "key_cache_entries": key_split.cache_info().currsize}
     with tempfile.TemporaryFile("w+") as tmp:  # the stats go to C stderr: borrow fd 2 for a moment
         sys.stderr.flush()
         saved = os.dup(2)
