@@ -189,7 +189,7 @@ def test_key_name_cache_stays_bounded_in_every_role(tianji_client, tmp_path):
 
         return key_split.cache_info().currsize
 
-    limit = 40
+    limit, default = 40, keycache.LIMIT  # read first: the scheduler may share this process
     tianji_client.run(set_limit, limit)
     tianji_client.run_on_scheduler(set_limit, limit)
     try:
@@ -200,9 +200,10 @@ def test_key_name_cache_stays_bounded_in_every_role(tianji_client, tmp_path):
         sizes = {**tianji_client.run(size), "scheduler": tianji_client.run_on_scheduler(size)}
         assert all(n <= limit + 16 for n in sizes.values()), sizes
     finally:
-        tianji_client.run(set_limit, keycache.LIMIT)
-        tianji_client.run_on_scheduler(set_limit, keycache.LIMIT)
+        tianji_client.run(set_limit, default)
+        tianji_client.run_on_scheduler(set_limit, default)
         key_split.cache_clear()
+    assert keycache.LIMIT == default
 
 
 def test_stop_from_outside_ends_run_and_keeps_results(tianji_client, tmp_path):
