@@ -28,6 +28,7 @@ STATUS_EVERY_S = 0.2
 REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
 HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left
+WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its stop rules and explorers
 
 
 class Learner:
@@ -190,7 +191,9 @@ class Learner:
                     round_open |= self._cycle_reply(ac, per_stream, lockstep)
                 must_wait = False
             with ledger.timed("wait"):
-                batch = ac.next_batch(block=bool(must_wait)) if self._in_flight else []
+                batch = _next_batch(ac, WAIT_S) if must_wait and self._in_flight else ac.next_batch(block=False)
+            if must_wait and not batch:  # nothing came for a while: are the explorers it waits for still there?
+                self._refresh_homes(time.time())
             for fut, chunk in batch:
                 _, eid, submit_version, _ = self._in_flight.pop(fut.key)
                 per_stream[eid] -= 1
@@ -384,14 +387,19 @@ class Learner:
         left are cancelled here, reported lost, and the stream moves to another worker."""
         now = time.time()
         if now - self._homes_at > HOMES_EVERY_S:  # workers come and go (adaptive clusters)
-            workers = self._client.sync(self._client.scheduler.identity, n_workers=-1).get("workers", {})
-            homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER"))
-            gone = set(self._homes) - set(homes)
-            self._homes, self._homes_at = homes, now
-            orphans = [entry[0] for entry in self._in_flight.values() if entry[3] and entry[3][0] in gone]
-            if orphans:
-                self._client.cancel(orphans)  # they come out of as_completed as cancelled
+            self._refresh_homes(now)
         return [self._homes[explorer_id % len(self._homes)]] if self._homes else None
+
+    def _refresh_homes(self, now: float) -> None:
+        """Look up the explorer workers; cancel the chunks waiting for one that has left (a
+        restarted worker comes back at a new address)."""
+        workers = self._client.sync(self._client.scheduler.identity, n_workers=-1).get("workers", {})
+        homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER"))
+        gone = set(self._homes) - set(homes)
+        self._homes, self._homes_at = homes, now
+        orphans = [entry[0] for entry in self._in_flight.values() if entry[3] and entry[3][0] in gone]
+        if orphans:
+            self._client.cancel(orphans)  # they come out of as_completed as cancelled
 
     def _wanted(self, lockstep: bool, round_open: bool, n_streams: int, waiting: int = 0) -> int:
         """Chunks to ask for now: lockstep, a whole round at once; relaxed, up to the controller's
@@ -555,6 +563,17 @@ class Learner:
             self._tb.close()
         self._final = {"results": results, "episodes": episodes, "chunks": chunks}
         self._update_status(time.time())
+
+
+def _next_batch(ac, timeout: float) -> list:
+    """``as_completed.next_batch(block=True)``, but waiting at most ``timeout`` seconds (empty
+    then): chunks restricted to an explorer worker that has died never arrive, and the learner
+    must still stop on time and notice the worker is gone."""
+    deadline = time.monotonic() + timeout
+    while not ac.has_ready() and time.monotonic() < deadline:
+        with ac.thread_condition:  # notified when a future completes
+            ac.thread_condition.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+    return ac.next_batch(block=False)
 
 
 def _describe_error(error) -> str:
