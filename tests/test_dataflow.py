@@ -206,6 +206,43 @@ def test_key_name_cache_stays_bounded_in_every_role(tianji_client, tmp_path):
     assert keycache.LIMIT == default
 
 
+def test_ctrl_c_stops_the_cli_run_and_keeps_its_results(tmp_path):
+    # a terminal's Ctrl-C reaches its whole process group, the embedded cluster's workers too:
+    # they ignore it (worker_preload), the CLI stops the run and writes its results. Before,
+    # the learner's worker died with it and the CLI ended in a traceback with no results.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", "cartpole_dqn", "--quiet", "--max-seconds", "120",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
+                            # as a terminal's foreground job has it, whatever this test process inherited
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        seen = []
+        for line in proc.stdout:  # the dashboard line comes once the run has started
+            seen.append(line)
+            if "tianji-dask: dashboard" in line:
+                break
+        import time
+
+        time.sleep(3)
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(seen) + rest
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text and "(stopped: stopped)" in text, text
+    results = json.loads((out / "results.json").read_text())
+    assert results["stop_reason"] == "stopped" and results["error"] is None and results["learner_restarts"] == []
+    assert results["env_steps"] > 0 and (out / "chunks.csv").exists()
+
+
 def test_stop_from_outside_ends_run_and_keeps_results(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "stop", overrides={"stop.max_seconds": 300})
     run.start()

@@ -33,7 +33,8 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
                   learner_workers: int = 1) -> LocalCluster:
     """``learner_workers`` LEARNER worker processes (one per group) plus ``explorer_workers``
     EXPLORER worker processes, one thread each, with the active memory manager off (it deletes
-    the weight replicas explorers read). With ``security`` every connection is TLS."""
+    the weight replicas explorers read), ignoring Ctrl-C (the driver handles it). With
+    ``security`` every connection is TLS."""
     tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
@@ -41,6 +42,8 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
             silence_logs=logging.ERROR, **tls,
         )
     template = cluster.new_spec
+    # a terminal's Ctrl-C is for the driver, which stops the run cleanly (see worker_preload)
+    template["options"]["preload"] = ["tianji_dask.worker_preload"]
     for i in range(learner_workers):
         learner = copy.deepcopy(template)
         learner["options"].update(resources={LEARNER: 1}, memory_limit=0)

@@ -1,0 +1,18 @@
+"""Preloaded into the embedded cluster's worker processes: Ctrl-C is for the driver.
+
+A terminal's Ctrl-C sends SIGINT to every process in its foreground group, the cluster's worker
+processes too. Interrupted, the learner's worker dies mid-run, and the driver's clean stop
+(final state, results written, chunks accounted for) has no learner left to stop. So the
+workers ignore SIGINT; the driver catches it, stops the run, writes its results, and closes the
+cluster, which ends the workers.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+def dask_setup(worker) -> None:
+    if threading.current_thread() is threading.main_thread():  # where signal handlers may be set
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
