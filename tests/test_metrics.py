@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from tianji_dask.metrics import staleness_summary, time_to_solve
 
@@ -50,7 +51,8 @@ def test_ledger_time_split_counts_nested_parts_once():
     assert abs(split["dataflow_fraction"] - (busy - 0.01) / busy) < 1e-3
 
 
-def test_ledger_books_thousands_of_chunks_compactly_and_round_trips():
+@pytest.mark.parametrize("spill", [False, True], ids=["in-memory", "spilled"])
+def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(spill, tmp_path):
     import time
 
     from tianji_dask.config import StopConfig
@@ -58,9 +60,10 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips():
     from tianji_dask.metrics import CHUNK_FIELDS
 
     t0 = time.time()
-    ledger = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=t0, t_process_start=t0)
+    rows_dir = tmp_path / "rows" if spill else None
+    ledger = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=t0, t_process_start=t0, rows_dir=rows_dir)
     rng = np.random.default_rng(0)
-    n = 3000  # past the first buffer, so it grows
+    n = 20000 if spill else 3000  # past the first buffer, so it grows (or spills, twice over)
     for i in range(n):
         eps = np.array([[t0 + i + 0.5, float(i), 10.0], [t0 + i + 0.2, float(-i), 5.0]])  # out of order
         chunk = {"policy_version": i, "explorer_id": i % 3, "env_steps": 16, "nbytes": 100,
@@ -70,16 +73,26 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips():
     assert episodes.shape == (2 * n, 4) and chunks.shape == (n, len(CHUNK_FIELDS))
     assert np.array_equal(episodes[:2, 1], [0.0, 0.0]) and np.array_equal(episodes[2:4, 1], [-1.0, 1.0])  # sorted by end
     assert np.array_equal(episodes[:, 3], np.repeat(np.arange(n) % 3, 2))
+    assert np.array_equal(chunks[:, CHUNK_FIELDS.index("policy_version")], np.arange(n))  # every row, in order
     staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")]
     status = ledger.status(version=n)
     assert status["episodes"] == 2 * n and status["env_steps"] == 16 * n
     assert status["staleness_recent_mean"] == staleness[-50:].mean()  # staleness, not the learner's version
-    assert ledger.chunk_rows.view().nbytes < 2 * n * len(CHUNK_FIELDS) * 8 + 1
+    np.testing.assert_array_equal(ledger.episodes.tail(3 * n), episodes)  # a tail longer than the buffer
+    if spill:  # memory bounded by the buffer, the rest on disk
+        assert ledger.chunk_rows.in_memory_bytes() == 8192 * len(CHUNK_FIELDS) * 8
+        assert (rows_dir / "chunks.f64").stat().st_size > (n - 8192) * len(CHUNK_FIELDS) * 8
+    else:
+        assert ledger.chunk_rows.in_memory_bytes() < 2 * n * len(CHUNK_FIELDS) * 8 + 1
     # a checkpoint's books load back into the same rows, on a clock that goes on
-    again = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=0.0, t_process_start=0.0)
+    again = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=0.0, t_process_start=0.0,
+                   rows_dir=None if rows_dir is None else tmp_path / "again")
     again.load_state_dict(ledger.state_dict(now=t0 + n + 5), now=t0 + 100 + n + 5)
     e2, c2 = again.arrays()
     np.testing.assert_allclose(e2[:, 0] - 100, episodes[:, 0])
     np.testing.assert_array_equal(c2[:, 5], staleness)
     ledger.consume({**chunk, "episodes": np.zeros((0, 3))}, version=n, kept_steps=16)
     assert len(ledger.episodes) == 2 * n and len(ledger.chunk_rows) == n + 1 and len(again.chunk_rows) == n
+    assert len(ledger.arrays()[1]) == n + 1
+    ledger.discard_spill()
+    assert rows_dir is None or not rows_dir.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -22,6 +23,12 @@ from tianji_dask.metrics import write_results
 def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
     """Where each group's learner writes its checkpoints (one group: RUN_DIR/checkpoints)."""
     d = Path(run_dir) / "checkpoints"
+    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+
+
+def rows_dir(run_dir: Path, groups: int) -> list[Path]:
+    """Where each group's learner spills its chunk log and episodes during the run."""
+    d = Path(run_dir) / "rows"
     return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
 
 
@@ -157,6 +164,8 @@ class Run:
             "make_algo": make_algo,
             # written by the learner, so on the learner's machine for a remote cluster
             "tensorboard_dir": str((self.out / "tensorboard").resolve()) if p.logging.tensorboard else None,
+            # the chunk log and episodes, spilled as the run goes; removed once in the results
+            "rows_dir": str(rows_dir(self.out, p.groups)[group].resolve()),
             "checkpoint": {
                 "dir": str(checkpoint_dirs(self.out, p.groups)[group].resolve()), "every_seconds": p.checkpoint.every_seconds,
                 "every_versions": p.checkpoint.every_versions, "keep": p.checkpoint.keep, "replay": p.checkpoint.replay,
@@ -467,6 +476,7 @@ class Run:
             results["controller"] = self._controller_final()
             results["dataflow_overhead"] = self._dataflow_overhead(results)
         self.results_path = write_results(self.out, results, episodes, chunks)
+        shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
         self.results = results
         self.close()
         return results

@@ -26,7 +26,8 @@ class SingleProcessRun:
         self.version = 0
         self._stop = threading.Event()
         self.t_run_start = time.time()
-        self.ledger = Ledger(spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"])
+        self.ledger = Ledger(spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
+                             rows_dir=spec.get("rows_dir"))
         self._ckpt = checkpoint.Checkpointer(spec.get("checkpoint"))
         if spec.get("resume_from"):
             state = checkpoint.restore(spec["resume_from"], self.algo, self.ledger)
@@ -75,8 +76,10 @@ class SingleProcessRun:
             self._tb.write(self.status(), force=True)
             self._tb.close()
         episodes, chunks = ledger.arrays()
+        ledger.discard_spill()
         extra = {"error": self.error, "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path)}
-        return {"results": ledger.results(self.version, extra=extra), "episodes": episodes, "chunks": chunks}
+        return {"results": ledger.results(self.version, extra=extra, arrays=(episodes, chunks)),
+                "episodes": episodes, "chunks": chunks}
 
     def _write_checkpoint(self) -> None:
         if not checkpoint.all_finite(self.algo.get_weights()):

@@ -88,7 +88,7 @@ class Learner:
         self.t_run_start = time.time()  # run start: cluster up, learner built
         self.ledger = Ledger(
             spec["stop"], t_run_start=self.t_run_start, t_process_start=spec["t_process_start"],
-            explorer_workers=spec["explorer_workers"],
+            explorer_workers=spec["explorer_workers"], rows_dir=spec.get("rows_dir"),
         )
         self._ckpt = checkpoint.Checkpointer(spec.get("checkpoint"))
         if spec.get("resume_from"):  # continue the learning curve, the books and the clock
@@ -534,7 +534,7 @@ class Learner:
         if self._reducer is not None:
             window = self.spec["stop"].window
             status.update(group=self.group, fusions=len(self._fusions), waiting_for_fusion=self._fusion is not None,
-                          recent_episodes=self.ledger.episodes.view()[-window:, :2].tolist())
+                          recent_episodes=self.ledger.episodes.tail(window)[:, :2].tolist())
         status["window"] = self._ctl.get("window")
         status["replay_ratio"] = self._replay_ratio()
         if self._tb is not None:
@@ -548,7 +548,8 @@ class Learner:
         ledger.t_end = time.time()
         self._update_status(ledger.t_end)
         episodes, chunks = ledger.arrays()
-        results = ledger.results(self.version, extra={
+        ledger.discard_spill()  # the rows go to the client with the results
+        results = ledger.results(self.version, arrays=(episodes, chunks), extra={
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),

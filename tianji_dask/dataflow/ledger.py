@@ -5,8 +5,10 @@ Dask-free, so the single-process mode and the Learner actor keep exactly the sam
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict, deque
+from pathlib import Path
 
 import numpy as np
 
@@ -14,23 +16,42 @@ from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary, ti
 
 
 class Rows:
-    """An append-only table of float64 rows in one numpy buffer that doubles as it fills.
+    """An append-only table of float64 rows: a numpy buffer, and optionally a file on disk.
 
     The chunk log and the episodes grow with every chunk for the whole run (they become
-    chunks.csv and episodes.csv); as Python tuples of floats a chunk row took about 330 bytes of
-    the learner's memory, here it takes 8 bytes a field (88), and a checkpoint copies one array."""
+    chunks.csv and episodes.csv). As Python tuples of floats a chunk row took about 330 bytes of
+    the learner's memory; here it takes 8 bytes a field (88). With ``spill`` (a path), the
+    buffer is bounded: when it fills, its older half is appended to that file as raw float64, so
+    the learner's memory stays flat however long the run. Without it, the buffer doubles."""
 
-    def __init__(self, width: int, rows: np.ndarray | None = None):
-        rows = np.zeros((0, width)) if rows is None else np.asarray(rows, dtype=np.float64).reshape(-1, width)
-        self._buf = np.empty((max(1024, 2 * len(rows)), width))
-        self._buf[: len(rows)] = rows
-        self._n = len(rows)
+    def __init__(self, width: int, rows: np.ndarray | None = None, *, spill: str | os.PathLike | None = None,
+                 capacity: int = 8192):
+        self.width = width
+        self._spill = None if spill is None else Path(spill)
+        self._spilled = 0
+        if self._spill is not None:
+            self._spill.parent.mkdir(parents=True, exist_ok=True)
+            self._spill.write_bytes(b"")  # a learner rebuilt from a checkpoint starts its file over
+        self._buf = np.empty((max(capacity, 2) if self._spill is not None else 1024, width))
+        self._n = 0
+        if rows is not None:
+            self.extend(np.asarray(rows, dtype=np.float64).reshape(-1, width))
 
     def _reserve(self, extra: int) -> None:
-        if self._n + extra > len(self._buf):
-            bigger = np.empty((max(2 * len(self._buf), self._n + extra), self._buf.shape[1]))
-            bigger[: self._n] = self._buf[: self._n]
-            self._buf = bigger
+        if self._n + extra <= len(self._buf):
+            return
+        if self._spill is not None and self._n:
+            out = self._n - min(self._n, len(self._buf) // 2)  # keep the newer half in memory
+            with open(self._spill, "ab") as f:
+                f.write(np.ascontiguousarray(self._buf[:out]).tobytes())
+            self._spilled += out
+            self._buf[: self._n - out] = self._buf[out: self._n]
+            self._n -= out
+            if self._n + extra <= len(self._buf):
+                return
+        bigger = np.empty((max(2 * len(self._buf), self._n + extra), self.width))
+        bigger[: self._n] = self._buf[: self._n]
+        self._buf = bigger
 
     def append(self, row) -> None:
         self._reserve(1)
@@ -43,21 +64,44 @@ class Rows:
         self._n += len(rows)
 
     def __len__(self) -> int:
-        return self._n
+        return self._spilled + self._n
 
-    def view(self) -> np.ndarray:
-        """The rows so far (a view: valid until the next append)."""
-        return self._buf[: self._n]
+    def tail(self, n: int) -> np.ndarray:
+        """The last ``n`` rows (a copy)."""
+        if n <= self._n or not self._spilled:
+            return self._buf[max(0, self._n - n): self._n].copy()
+        return self.all()[-n:]
+
+    def all(self) -> np.ndarray:
+        """Every row so far (a copy): the spilled ones read back from disk, then the buffer's."""
+        mem = self._buf[: self._n]
+        if not self._spilled:
+            return mem.copy()
+        disk = np.fromfile(self._spill, dtype=np.float64, count=self._spilled * self.width).reshape(-1, self.width)
+        return np.concatenate([disk, mem])
+
+    def in_memory_bytes(self) -> int:
+        return self._buf.nbytes
+
+    def discard(self) -> None:
+        """Remove the spill file (once the rows are written elsewhere)."""
+        if self._spill is not None:
+            self._spill.unlink(missing_ok=True)
 
 
 class Ledger:
-    def __init__(self, stop, *, t_run_start: float, t_process_start: float, explorer_workers: int = 1):
+    """``rows_dir``: where the chunk log and the episodes spill to disk as the run goes (so the
+    learner's memory stays flat); None keeps them all in memory."""
+
+    def __init__(self, stop, *, t_run_start: float, t_process_start: float, explorer_workers: int = 1,
+                 rows_dir: str | os.PathLike | None = None):
         self.stop = stop
+        self.rows_dir = None if rows_dir is None else Path(rows_dir)
         self.t_run_start = t_run_start
         self.t_process_start = t_process_start
         self.explorer_workers = explorer_workers
-        self.episodes = Rows(4)  # (t_end, return, length, explorer_id)
-        self.chunk_rows = Rows(len(CHUNK_FIELDS))
+        self.episodes = self._rows("episodes", 4)  # (t_end, return, length, explorer_id)
+        self.chunk_rows = self._rows("chunks", len(CHUNK_FIELDS))
         self.lost: list[dict] = []
         self.dropped: dict[str, int] = {}  # chunks consumed but not trained on, by reason
         self.env_steps = 0
@@ -75,6 +119,10 @@ class Ledger:
         self.solved_online_at: float | None = None
         self.stop_reason: str | None = None
         self.t_end: float | None = None
+
+    def _rows(self, name: str, width: int, rows: np.ndarray | None = None) -> Rows:
+        spill = None if self.rows_dir is None else self.rows_dir / f"{name}.f64"
+        return Rows(width, rows, spill=spill)
 
     # ---- recording ----------------------------------------------------------------------
     def consume(self, chunk: dict, version: int, kept_steps: int, *, submit_version: int | None = None,
@@ -106,7 +154,7 @@ class Ledger:
             if (self.solved_online_at is None and target is not None
                     and len(self._recent_returns) == self.stop.window
                     and sum(self._recent_returns) / self.stop.window >= target
-                    and time_to_solve(self.episodes.view(), target, self.stop.window) is not None):
+                    and time_to_solve(self.episodes.all(), target, self.stop.window) is not None):
                 self.solved_online_at = t_consumed
         return staleness, age_s
 
@@ -167,8 +215,8 @@ class Ledger:
         episodes[:, 0] += self.t_run_start
         for i in self._CHUNK_TIMES:
             chunks[:, i] += self.t_run_start
-        self.episodes = Rows(4, episodes)
-        self.chunk_rows = Rows(len(CHUNK_FIELDS), chunks)
+        self.episodes = self._rows("episodes", 4, episodes)
+        self.chunk_rows = self._rows("chunks", len(CHUNK_FIELDS), chunks)
         self.lost, self.dropped = list(state["lost"]), dict(state["dropped"])
         for key in ("env_steps", "env_steps_used", "updates", "samples_trained", "learn_s", "explore_s", "bytes"):
             setattr(self, key, state[key])
@@ -202,7 +250,7 @@ class Ledger:
     def status(self, version: int, now: float | None = None) -> dict:
         now = time.time() if now is None else now
         wall = max(now - self.t_run_start, 1e-9)
-        recent = self.chunk_rows.view()[-50:, CHUNK_FIELDS.index("staleness_versions")]
+        recent = self.chunk_rows.tail(50)[:, CHUNK_FIELDS.index("staleness_versions")]
         return {
             "version": version,
             "env_steps": self.env_steps,
@@ -220,12 +268,20 @@ class Ledger:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of (episodes, chunk log) as float64 arrays."""
-        return self.episodes.view().copy(), self.chunk_rows.view().copy()
+        return self.episodes.all(), self.chunk_rows.all()
 
-    def results(self, version: int, extra: dict | None = None) -> dict:
+    def discard_spill(self) -> None:
+        """Remove the spill files, once the run's rows are in its final results."""
+        self.episodes.discard()
+        self.chunk_rows.discard()
+        if self.rows_dir is not None and self.rows_dir.is_dir() and not any(self.rows_dir.iterdir()):
+            self.rows_dir.rmdir()
+
+    def results(self, version: int, extra: dict | None = None, arrays: tuple | None = None) -> dict:
+        """``arrays``: what ``arrays()`` returned, if the caller has it (it reads the spill files)."""
         t_end = self.t_end or time.time()
         wall = max(t_end - self.t_run_start, 1e-9)
-        episodes, chunks = self.arrays()
+        episodes, chunks = self.arrays() if arrays is None else arrays
         target = self.stop.target_return
         solved_at = time_to_solve(episodes, target, self.stop.window) if target is not None else None
         staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")] if len(chunks) else np.zeros(0)
