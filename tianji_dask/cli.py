@@ -147,7 +147,11 @@ def cmd_resume(args) -> int:
 
 
 def _train(run, quiet: bool) -> int:
-    run.start()
+    try:
+        run.start()
+    except KeyboardInterrupt:  # before the run began: nothing to keep but the cluster to close
+        run.close()
+        raise
     if run.dashboard_link:
         tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
@@ -187,6 +191,9 @@ def main(argv=None) -> int:
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # while starting, or a second Ctrl-C during the clean stop
+        print("tianji-dask: interrupted", file=sys.stderr)
+        return 130
     return EXIT_USAGE
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
+import signal
+import threading
 
 import dask
 from distributed import Client, LocalCluster
@@ -52,8 +55,24 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: 1})
         cluster.worker_spec[f"tianji-explorer-{i}"] = explorer
-    cluster.sync(cluster._correct_state)
+    with _sigint_ignored():
+        cluster.sync(cluster._correct_state)
     return cluster
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Start worker processes with SIGINT ignored from birth: a Ctrl-C while they import would kill
+    them before their preload runs, and the cluster's start would end in tracebacks. A Ctrl-C in
+    these few seconds is lost; the next one stops the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1):
