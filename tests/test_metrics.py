@@ -51,8 +51,8 @@ def test_ledger_time_split_counts_nested_parts_once():
     assert abs(split["dataflow_fraction"] - (busy - 0.01) / busy) < 1e-3
 
 
-@pytest.mark.parametrize("spill", [False, True], ids=["in-memory", "spilled"])
-def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(spill, tmp_path):
+@pytest.mark.parametrize("where", ["memory", "spill", "unwritable"])
+def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_path):
     import time
 
     from tianji_dask.config import StopConfig
@@ -60,10 +60,12 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(spill, tmp_p
     from tianji_dask.metrics import CHUNK_FIELDS
 
     t0 = time.time()
-    rows_dir = tmp_path / "rows" if spill else None
+    spill = where == "spill"
+    rows_dir = {"memory": None, "spill": tmp_path / "rows", "unwritable": tmp_path / "a-file" / "rows"}[where]
+    (tmp_path / "a-file").write_text("")  # no folder can be made under it: the rows stay in memory
     ledger = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=t0, t_process_start=t0, rows_dir=rows_dir)
     rng = np.random.default_rng(0)
-    n = 20000 if spill else 3000  # past the first buffer, so it grows (or spills, twice over)
+    n = 20000 if rows_dir else 3000  # past the first buffer, so it grows (or spills, twice over)
     for i in range(n):
         eps = np.array([[t0 + i + 0.5, float(i), 10.0], [t0 + i + 0.2, float(-i), 5.0]])  # out of order
         chunk = {"policy_version": i, "explorer_id": i % 3, "env_steps": 16, "nbytes": 100,
@@ -86,7 +88,7 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(spill, tmp_p
         assert ledger.chunk_rows.in_memory_bytes() < 2 * n * len(CHUNK_FIELDS) * 8 + 1
     # a checkpoint's books load back into the same rows, on a clock that goes on
     again = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=0.0, t_process_start=0.0,
-                   rows_dir=None if rows_dir is None else tmp_path / "again")
+                   rows_dir=tmp_path / "again" if spill else None)
     again.load_state_dict(ledger.state_dict(now=t0 + n + 5), now=t0 + 100 + n + 5)
     e2, c2 = again.arrays()
     np.testing.assert_allclose(e2[:, 0] - 100, episodes[:, 0])

@@ -29,9 +29,13 @@ class Rows:
         self.width = width
         self._spill = None if spill is None else Path(spill)
         self._spilled = 0
+        self._spilling = True
         if self._spill is not None:
-            self._spill.parent.mkdir(parents=True, exist_ok=True)
-            self._spill.write_bytes(b"")  # a learner rebuilt from a checkpoint starts its file over
+            try:
+                self._spill.parent.mkdir(parents=True, exist_ok=True)
+                self._spill.write_bytes(b"")  # a learner rebuilt from a checkpoint starts its file over
+            except OSError:  # no writable run directory on this machine: keep every row in memory
+                self._spill = None
         self._buf = np.empty((max(capacity, 2) if self._spill is not None else 1024, width))
         self._n = 0
         if rows is not None:
@@ -40,10 +44,14 @@ class Rows:
     def _reserve(self, extra: int) -> None:
         if self._n + extra <= len(self._buf):
             return
-        if self._spill is not None and self._n:
+        if self._spill is not None and self._n and self._spilling:
             out = self._n - min(self._n, len(self._buf) // 2)  # keep the newer half in memory
-            with open(self._spill, "ab") as f:
-                f.write(np.ascontiguousarray(self._buf[:out]).tobytes())
+            try:
+                with open(self._spill, "ab") as f:
+                    f.write(np.ascontiguousarray(self._buf[:out]).tobytes())
+            except OSError:  # disk full or gone: the rows on disk stay readable, the rest stays in memory
+                self._spilling = False
+                return self._reserve(extra)
             self._spilled += out
             self._buf[: self._n - out] = self._buf[out: self._n]
             self._n -= out
