@@ -20,16 +20,15 @@ from tianji_dask.envs import env_spaces
 from tianji_dask.metrics import write_results
 
 
+def group_dirs(run_dir: Path, name: str, groups: int) -> list[Path]:
+    """Each group's folder under RUN_DIR/name (one group: RUN_DIR/name itself)."""
+    d = Path(run_dir) / name
+    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+
+
 def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
-    """Where each group's learner writes its checkpoints (one group: RUN_DIR/checkpoints)."""
-    d = Path(run_dir) / "checkpoints"
-    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
-
-
-def rows_dir(run_dir: Path, groups: int) -> list[Path]:
-    """Where each group's learner spills its chunk log and episodes during the run."""
-    d = Path(run_dir) / "rows"
-    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+    """Where each group's learner writes its checkpoints."""
+    return group_dirs(run_dir, "checkpoints", groups)
 
 
 def _process_start() -> float:
@@ -165,7 +164,7 @@ class Run:
             # written by the learner, so on the learner's machine for a remote cluster
             "tensorboard_dir": str((self.out / "tensorboard").resolve()) if p.logging.tensorboard else None,
             # the chunk log and episodes, spilled as the run goes; removed once in the results
-            "rows_dir": str(rows_dir(self.out, p.groups)[group].resolve()),
+            "rows_dir": str(group_dirs(self.out, "rows", p.groups)[group].resolve()),
             "checkpoint": {
                 "dir": str(checkpoint_dirs(self.out, p.groups)[group].resolve()), "every_seconds": p.checkpoint.every_seconds,
                 "every_versions": p.checkpoint.every_versions, "keep": p.checkpoint.keep, "replay": p.checkpoint.replay,

@@ -282,8 +282,6 @@ class Ledger:
         """Remove the spill files, once the run's rows are in its final results."""
         self.episodes.discard()
         self.chunk_rows.discard()
-        if self.rows_dir is not None and self.rows_dir.is_dir() and not any(self.rows_dir.iterdir()):
-            self.rows_dir.rmdir()
 
     def results(self, version: int, extra: dict | None = None, arrays: tuple | None = None) -> dict:
         """``arrays``: what ``arrays()`` returned, if the caller has it (it reads the spill files)."""
