@@ -66,6 +66,15 @@ def _check_results_files(run, results):
         assert t_solved - on_disk["t_process_start"] == pytest.approx(on_disk["time_to_solve_from_process_start_s"])
 
 
+def _unsolved(results, out):
+    """What an unsolved run did, for the failure message."""
+    returns = read_episodes(out)[:, 1]
+    best = np.convolve(returns, np.ones(100) / 100, "valid").max() if len(returns) >= 100 else None
+    keys = ("stop_reason", "wall_s", "env_steps", "updates", "final_mean_return", "staleness_versions",
+            "learner_busy_fraction", "replay_progress", "last_update_metrics")
+    return f"not solved; best 100-episode mean {best}; " + ", ".join(f"{k}={results.get(k)}" for k in keys)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pipeline,budget", [("cartpole_ppo", PPO_BUDGET), ("cartpole_dqn", DQN_BUDGET)])
 def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
@@ -73,7 +82,7 @@ def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
               overrides={"stop.max_env_steps": budget, "stop.max_seconds": 300})
     results = run.start().wait()
     assert results["error"] is None
-    assert results["solved"], f"not solved in {budget} env steps: mean {results['final_mean_return']}"
+    assert results["solved"], _unsolved(results, run.out)
     p = run.pipeline
     assert results["env_steps"] <= budget + p.explorers * p.chunk_steps * p.env.num_envs
     assert results["learner_busy_fraction"] > 0
