@@ -654,7 +654,9 @@ def main(argv=None) -> int:
     s.add_argument("--max-seconds", type=float, default=300, help="per-run budget from build")
     s.add_argument("--out", default=str(ROOT / "docs" / "vs_peers"), help="writes OUT.json and OUT.md")
     s.add_argument("--append", action="store_true", help="keep the runs already in OUT.json")
-    s.add_argument("--peers-python", type=Path, default=DEFAULT_PEERS_PYTHON)
+    # absolute, not resolved: a peer runs in a temporary folder, and a venv's python is a symlink
+    # that must keep its place in the venv
+    s.add_argument("--peers-python", type=lambda p: Path(os.path.abspath(p)), default=DEFAULT_PEERS_PYTHON)
     s.add_argument("--peer-threads", type=int, default=1,
                    help="torch threads per peer process (tianji_dask's roles use 1 each); 0: library default")
     r = sub.add_parser("report", help="rebuild the markdown from a solve JSON")
