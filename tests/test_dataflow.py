@@ -80,13 +80,13 @@ def _unsolved(results, out):
 @pytest.mark.parametrize("pipeline,budget", [("cartpole_ppo", PPO_BUDGET), ("cartpole_dqn", DQN_BUDGET)])
 def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
     # DQN at a constant learning rate now and then oscillates and does not solve: seed 20 of a
-    # sweep of seeds 0-25 (a cluster reused per batch) swung between 100-episode means of 90 and 410 for
-    # 1M env steps while the other 25 solved in 0.14-0.45M (median 0.18M), and seed 0 twice ended
+    # sweep of seeds 0-25 (a cluster reused per batch) swung between 100-episode means of 90
+    # and 410 for 1M env steps while the other 25 solved in 0.14-0.45M (median 0.18M), and seed 0 twice ended
     # 1M steps unsolved in full-suite runs. A relaxed run's timing differs run to run, so a second
     # run is a fresh draw: DQN must solve with one of two seeds, PPO with its first. The failure
     # message carries each run's figures; a second-seed pass warns with the first's.
     failed = []
-    for seed in (0, 1)[:2 if pipeline == "cartpole_dqn" else 1]:
+    for seed in (0, 1) if pipeline == "cartpole_dqn" else (0,):
         run = Run(pipeline, tianji_client, out=tmp_path / f"{pipeline}-{seed}",
                   overrides={"stop.max_env_steps": budget, "stop.max_seconds": 300, "seed": seed})
         results = run.start().wait()
