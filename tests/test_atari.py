@@ -56,12 +56,14 @@ def test_pong_chunk_carries_each_uint8_frame_stack_once(record_property):
 def test_pong_pipeline_runs_end_to_end(tianji_client, tmp_path, pipeline, algo_overrides):
     run = Run(pipeline, tianji_client, out=tmp_path / pipeline, overrides={
         "env.num_envs": 2, "chunk_steps": 16, "stop.max_env_steps": 320, "stop.max_seconds": 120,
-        **algo_overrides})
+        # these 0.9 MiB chunks take the direct path, as the bundled pipelines' 29 MiB ones do
+        "learner.direct_chunks_min_mib": 0.5, **algo_overrides})
     results = run.start().wait()
     assert results["error"] is None
     assert results["chunks"] >= 5
     assert results["updates"] >= 1
     assert results["env_steps"] >= 320
+    assert results["direct_chunks"]["chunks"] >= results["chunks"] and not results["direct_chunks"]["errors"]
     # what crossed the network: uint8 frame stacks, once per step
     chunks = np.loadtxt(run.out / "chunks.csv", delimiter=",", skiprows=1, ndmin=2)
     per_step = chunks[:, CHUNK_FIELDS.index("nbytes")] / chunks[:, CHUNK_FIELDS.index("env_steps")]

@@ -102,7 +102,7 @@ def test_peer_runner_time_to_solve_matches_the_projects_rule():
 
 
 @pytest.mark.timeout(200)
-def test_transfer_measures_dask_its_comm_and_raw_tcp_side_by_side(tmp_path):
+def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_side(tmp_path):
     out = tmp_path / "transfer"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "transfer", "--sizes-mib", "0.25",
            "--repeats", "2", "--out", str(out)]
@@ -110,10 +110,11 @@ def test_transfer_measures_dask_its_comm_and_raw_tcp_side_by_side(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.with_suffix(".json").read_text())["sizes"]
     assert row["chunk_bytes"] >= 0.2 * 2**20
-    for name in ("dask_transfer", "dask_end_to_end", "dask_comm", "raw_tcp"):
+    for name in ("dask_transfer", "dask_end_to_end", "dask_comm", "direct", "raw_tcp"):
         assert len(row[f"{name}_Bps_all"]) == 2 and all(v > 0 for v in row[f"{name}_Bps_all"]), name
     assert row["ratio_comm_vs_raw"] == row["dask_comm_Bps"] / row["raw_tcp_Bps"]
-    assert "| Dask comm alone |" in out.with_suffix(".md").read_text()
+    assert row["ratio_direct_vs_raw"] == row["direct_Bps"] / row["raw_tcp_Bps"]
+    assert "| Dask comm alone | direct path |" in out.with_suffix(".md").read_text()
 
 
 def test_overhead_variants_parse_and_bad_ones_exit_2(capsys):

@@ -58,6 +58,8 @@ CASES = [
     ("unknown algo hyperparameter", _with(algo__config__lrr=0.1), "algo.config.lrr: unknown key"),
     ("wrong type", _with(explorers="many"), "explorers: "),
     ("out of range", _with(explorers=0), "explorers: Input should be greater than or equal to 1"),
+    ("negative direct-path threshold", _with(learner={"direct_chunks_min_mib": -1}),
+     "learner.direct_chunks_min_mib: Input should be greater than or equal to 0"),
     ("algo out of range", _with(algo__config__lr=-1.0), "algo.config.lr: Input should be greater than 0"),
     ("unknown algorithm", _with(algo__name="sac"), "algo.name: must be one of dqn, impala, maddpg, ppo"),
     ("bad mode", _with(mode="fast"), "mode: Input should be 'relaxed', 'lockstep' or 'single'"),

@@ -105,10 +105,11 @@ def test_no_learner_worker_is_a_clear_error(tmp_path):
 def test_a_run_over_tls(tmp_path):
     run = Run("cartpole_ppo", out=tmp_path / "tls", overrides={
         "cluster.security": "temporary", "cluster.dashboard_address": None, "stop.max_seconds": 10,
-        "stop.target_return": None})
+        "stop.target_return": None, "learner.direct_chunks_min_mib": 0})
     run.start()
     assert run.client.scheduler.address.startswith("tls://")
     workers = run.client.scheduler_info(n_workers=-1)["workers"]
     assert workers and all(addr.startswith("tls://") for addr in workers)
     results = run.wait()
     assert results["error"] is None and results["updates"] > 0 and results["chunks"] > 0
+    assert results["direct_chunks"] is None, "no chunk may bypass TLS on a plain socket"

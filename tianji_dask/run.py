@@ -159,6 +159,7 @@ class Run:
             "publish_every": p.learner.publish_every, "updates_per_pass": p.updates_per_pass,
             "drop_on_refresh": p.learner.drop_on_refresh, "threads": p.learner.threads,
             "device": p.learner.device,
+            "direct_min_bytes": None if p.learner.direct_chunks_min_mib is None else int(p.learner.direct_chunks_min_mib * 2**20),
             "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
             "make_algo": make_algo,
             # written by the learner, so on the learner's machine for a remote cluster

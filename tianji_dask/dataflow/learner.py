@@ -19,6 +19,7 @@ from distributed import as_completed, get_client, get_worker
 
 from tianji_dask import checkpoint
 from tianji_dask.dataflow.controller import replay_gate
+from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.dataflow.ledger import Ledger
@@ -29,6 +30,7 @@ REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
 HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left
 WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its stop rules and explorers
+DIRECT_TAKE_S = 30.0  # the longest a direct chunk's bytes may lag behind its task's result
 
 
 class Learner:
@@ -38,7 +40,7 @@ class Learner:
     def __init__(self, spec: dict):
         """``spec``: run_id, mode, explorers, chunk_steps, chunk_env_steps, law (the controller's
         settings), publish_every, updates_per_pass, drop_on_refresh, threads, explorer_workers,
-        t_process_start, stop (a StopConfig), make_algo (a picklable zero-argument callable
+        direct_min_bytes (None: every chunk through Dask), t_process_start, stop (a StopConfig), make_algo (a picklable zero-argument callable
         building the algorithm). Group mode adds group, streams (this group's explorer stream
         ids), reduce ({"every", "barrier"}) and reducer ((address, key) of the Reducer actor)."""
         self._worker = get_worker()
@@ -66,6 +68,12 @@ class Learner:
         self._error: str | None = None  # why the run ended early, for the results
         self._homes: list[str] = []
         self._homes_at = 0.0
+        # large chunks come straight from the explorers (direct.py) when the comms are plain TCP
+        self._sink, self._direct = None, None
+        host = sink_host(self._worker.address) if spec.get("direct_min_bytes") is not None else None
+        if host is not None:
+            self._sink = ChunkSink(host)
+            self._direct = (*self._sink.address, int(spec["direct_min_bytes"]))
         rebuilt = {"rebuilt": True} if spec.get("rebuilt") else {}
         self._apply_params(self._client.sync(
             self._client.scheduler.tianji_begin, run_id=self.run_id, law=spec["law"],
@@ -198,16 +206,23 @@ class Learner:
                 _, eid, submit_version, _ = self._in_flight.pop(fut.key)
                 per_stream[eid] -= 1
                 if fut.status == "cancelled":
-                    ledger.record_lost(fut.key, eid, "cancelled: its explorer worker left")
+                    self._lost(fut.key, eid, "cancelled: its explorer worker left")
                     continue
                 if fut.status != "finished":
-                    ledger.record_lost(fut.key, eid, _describe_error(chunk))
+                    self._lost(fut.key, eid, _describe_error(chunk))
                     failures[eid] += 1
                     if failures[eid] >= spec["stop"].max_explorer_failures:
                         ledger.request_stop("explorer_failures")
                         self._error = (f"explorer {eid} failed {failures[eid]} chunks in a row; last: "
                                        f"{_describe_error(chunk)}")
                     continue  # its credit comes back when the scheduler sees the task err
+                if isinstance(chunk, DirectChunk):
+                    with ledger.timed("receive"):
+                        chunk = self._sink.take(fut.key, DIRECT_TAKE_S)
+                    if chunk is None:
+                        self._lost(fut.key, eid, f"its bytes did not reach the learner within {DIRECT_TAKE_S:g} s "
+                                                 f"(direct send; sink errors: {self._sink.stats()['errors']})")
+                        continue
                 failures[eid] = 0
                 pending.append((fut, eid, submit_version, chunk))
             del batch
@@ -290,7 +305,7 @@ class Learner:
             ledger.record_lost(fut.key, eid, "received, not trained on at stop")
         outstanding = [entry[0] for entry in self._in_flight.values()]
         for fut in outstanding:
-            ledger.record_lost(fut.key, self._in_flight[fut.key][1], "cancelled at stop")
+            self._lost(fut.key, self._in_flight[fut.key][1], "cancelled at stop")
         if outstanding:
             self._client.cancel(outstanding)
         self._in_flight.clear()
@@ -316,7 +331,7 @@ class Learner:
                 home = self._home(eid)
                 task = self._client.submit(
                     explore_chunk, self.run_id, wref, wref_version, eid, spec["chunk_steps"], explore, self.group,
-                    key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
+                    self._direct, key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
                 )
                 per_stream[eid] += 1
                 self._in_flight[key] = (task, eid, self.version, home)
@@ -379,6 +394,11 @@ class Learner:
             self.ledger.record_dropped(reason)
         staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
         rows.append([key, eid, chunk["env_steps"], chunk["nbytes"], staleness, age_s, reason is not None])
+
+    def _lost(self, key: str, explorer_id: int, why: str) -> None:
+        self.ledger.record_lost(key, explorer_id, why)
+        if self._sink is not None:
+            self._sink.discard(key)  # its bytes may have come (or still come) directly
 
     def _home(self, explorer_id: int) -> list[str] | None:
         """The explorer worker a stream runs on: its envs live there, and a slow stream does not
@@ -553,8 +573,11 @@ class Learner:
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
+            "direct_chunks": None if self._sink is None else {**self._sink.stats(), "min_bytes": self._direct[2]},
             **({"group": self.group, "fusions": self._fusions} if self._reducer is not None else {}),
         })
+        if self._sink is not None:
+            self._sink.close()  # chunks still held were never trained on: they are on record as lost
         self._weights.clear()
         if self._publishing is not None:
             self._publishing[2].cancel()

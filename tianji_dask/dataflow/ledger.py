@@ -182,7 +182,8 @@ class Ledger:
     def timed(self, part: str) -> "_Timed":
         """Add the block's wall time to ``time_split[part]``: "ingest" (the algorithm taking
         data), "wait" (blocked on arrivals, or sleeping), and the dataflow's own work
-        ("cycle", "submit", "publish", "fuse", "status", "checkpoint"). A part timed inside
+        ("cycle", "submit", "publish", "fuse", "status", "checkpoint", "receive": taking a directly
+        sent chunk). A part timed inside
         another counts in the inner one only."""
         return _Timed(self, part)
 

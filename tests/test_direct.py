@@ -1,0 +1,97 @@
+"""Large chunks' direct path from explorer to learner: a real socket between real processes, and
+a real run whose every chunk takes it."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from tianji_dask import Run
+from tianji_dask.dataflow.chunk import make_chunk
+from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, decode, encode, send_chunk, sink_host
+
+
+def _chunk(t: int, n: int, dim: int, salt: int):
+    rng = np.random.default_rng(salt)
+    return make_chunk(obs=rng.standard_normal((t + 1, n, dim), dtype=np.float32),
+                      actions=rng.integers(0, 4, (t, n)), rewards=rng.standard_normal((t, n)).astype(np.float32),
+                      terminated=np.zeros((t, n), bool), truncated=np.zeros((t, n), bool), valid=np.ones((t, n), bool),
+                      extras={"logprob": np.full((t, n), -0.5, np.float32)}, explorer_id=salt, policy_version=salt,
+                      t_start=0.0, t_end=1.0, episodes=[(1.0, 10.0, 10)])
+
+
+# (T, N, obs dim): a small chunk (packed into one buffer) and a 3 MiB one (one buffer per array)
+SIZES = {"small": (16, 2, 4), "large": (128, 8, 768)}
+
+
+def _sender(address, keys):
+    for i, key in enumerate(keys):
+        stub = send_chunk(address, key, _chunk(*SIZES["large" if i % 2 else "small"], salt=i))
+        assert isinstance(stub, DirectChunk) and stub["key"] == key
+
+
+def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept():
+    sink = ChunkSink("127.0.0.1")
+    try:
+        sink.discard("k3")  # its task was cancelled before the bytes came
+        proc = mp.get_context("spawn").Process(target=_sender, args=(sink.address, ["k0", "k1", "k2", "k3"]))
+        proc.start()
+        for i, key in enumerate(["k0", "k1", "k2"]):
+            got = sink.take(key, timeout=60)
+            want = _chunk(*SIZES["large" if i % 2 else "small"], salt=i)
+            assert got is not None, key
+            assert got.keys() == want.keys()
+            for name, value in want.items():
+                if isinstance(value, np.ndarray):
+                    assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
+                else:
+                    assert got[name] == value, name
+            got["obs"][0] = 0  # the learner may write into what it received
+        proc.join(60)
+        assert proc.exitcode == 0
+        stats = sink.stats()
+        assert stats["chunks"] == 4 and stats["bytes"] > 2 * 3 * 2**20 and not stats["errors"]
+        assert sink.held() == 0, "the discarded chunk was dropped on arrival"
+        assert sink.take("never-sent", timeout=0.1) is None
+    finally:
+        sink.close()
+
+
+def test_any_array_layout_round_trips_and_arrives_writable():
+    chunk = _chunk(*SIZES["small"], salt=7)
+    chunk.update(strided=np.arange(24.0, dtype=np.float32).reshape(4, 6)[:, ::2], scalar_array=np.array(5, np.int16),
+                 empty=np.zeros((0, 3), np.float32), frames=np.arange(96, dtype=np.uint8).reshape(2, 3, 4, 4),
+                 numpy_scalar=np.float32(2.5), objects=np.array([None, "a"], dtype=object))
+    layout, parts = encode(chunk)
+    body = np.frombuffer(b"".join(bytes(p) for p in parts), np.uint8).copy()
+    got = decode(layout, body)
+    assert type(got) is type(chunk) and got.keys() == chunk.keys()
+    for name, value in chunk.items():
+        if isinstance(value, np.ndarray):
+            assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+            assert np.array_equal(got[name], value), name
+        else:
+            assert got[name] == value, name
+    assert all(got[n].ctypes.data % 64 == body.ctypes.data % 64 for n in ("obs", "frames")), "arrays stay aligned"
+    got["frames"][0] = 0  # the learner may write into what it received
+
+
+def test_only_plain_tcp_workers_get_a_sink():
+    assert sink_host("tcp://10.1.2.3:4567") == "10.1.2.3"
+    assert sink_host("tcp://[::1]:4567") == "::1"
+    assert sink_host("tls://10.1.2.3:4567") is None
+    assert sink_host("inproc://10.1.2.3/1/2") is None
+
+
+def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "direct", overrides={
+        "learner.direct_chunks_min_mib": 0, "stop.max_env_steps": 30_000, "stop.target_return": None})
+    results = run.start().wait()
+    assert results["error"] is None and results["updates"] > 0
+    direct = results["direct_chunks"]
+    assert direct["min_bytes"] == 0 and not direct["errors"]
+    # every chunk the learner consumed came over the socket (stop may catch a few more in the air)
+    assert results["chunks"] > 0 and direct["chunks"] >= results["chunks"]
+    assert direct["bytes"] >= results["chunks"] * 8 * 129 * 4 * 4  # at least each chunk's float32 observations
+    assert results["learner_time"]["seconds"]["receive"] > 0
+    assert all("stop" in row["reason"] for row in results["lost"]), results["lost"]
