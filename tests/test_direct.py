@@ -95,3 +95,18 @@ def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path)
     assert direct["bytes"] >= results["chunks"] * 8 * 129 * 4 * 4  # at least each chunk's float32 observations
     assert results["learner_time"]["seconds"]["receive"] > 0
     assert all("stop" in row["reason"] for row in results["lost"]), results["lost"]
+
+
+def test_receive_buffers_are_reused_only_once_no_chunk_views_them():
+    sink = ChunkSink("127.0.0.1")
+    try:
+        first = sink._buffer(4096)
+        pooled = id(first.base)
+        assert id(sink._buffer(4096).base) != pooled, "in use: a chunk's arrays view it"
+        view = np.ndarray((8,), np.float32, buffer=first)
+        del first
+        assert id(sink._buffer(4096).base) != pooled, "a view of it still lives"
+        del view
+        assert id(sink._buffer(3000).base) == pooled, "free again: its pages are reused"
+    finally:
+        sink.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -27,6 +28,7 @@ import numpy as np
 
 _HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
 _ALIGN = 64  # each array starts on a 64-byte boundary of the body
+POOL_BYTES = 256 * 2**20  # receive buffers kept for reuse by one sink, at most
 
 
 def _padded(n: int) -> int:
@@ -104,6 +106,7 @@ class ChunkSink:
         self.seconds = 0.0
         self.errors: list[str] = []
         self.recent: deque = deque(maxlen=256)  # (key, bytes, seconds) of the last messages
+        self._pool: list[np.ndarray] = []  # receive buffers, reused once no chunk views them
         threading.Thread(target=self._accept, name="tianji-chunk-sink", daemon=True).start()
 
     def _accept(self) -> None:
@@ -125,7 +128,7 @@ class ChunkSink:
                         return  # the explorer's process closed the connection
                     key_len, layout_len, body_len, t_send = _HEAD.unpack(head)
                     key_layout = _recv_exact(conn, key_len + layout_len)
-                    body = np.empty(body_len, np.uint8)  # every array in one allocation: few, large reads
+                    body = self._buffer(body_len)  # every array in one allocation: few, large reads
                     if key_layout is None or _recv_exact(conn, body_len, into=body) is None:
                         return  # cut off mid-message (its task fails or is retried elsewhere)
                     key = key_layout[:key_len].decode()
@@ -164,6 +167,21 @@ class ChunkSink:
             if len(self._discarded) > 4096:
                 self._discarded.clear()  # keys of sends that never came: bounded, not kept
 
+    def _buffer(self, nbytes: int) -> np.ndarray:
+        """A receive buffer of ``nbytes``: a pooled one whose last chunk is gone (its pages already
+        mapped: a fresh 64 MiB buffer costs 16k page faults, ~10 ms here), else a new one, pooled
+        while the pool holds less than POOL_BYTES."""
+        with self._cond:
+            for buf in self._pool:
+                # no chunk array views it: the pool's reference, the loop's and getrefcount's own
+                if nbytes <= buf.nbytes <= 2 * nbytes and sys.getrefcount(buf) <= 3:
+                    return buf[:nbytes]
+            buf = np.empty(nbytes, np.uint8)
+            if sum(b.nbytes for b in self._pool) + nbytes <= POOL_BYTES:
+                self._pool.append(buf)
+                return buf[:nbytes]
+            return buf
+
     def held(self) -> int:
         with self._cond:
             return len(self._chunks)
@@ -178,6 +196,7 @@ class ChunkSink:
         with self._cond:
             self._closed = True
             self._chunks.clear()
+            self._pool.clear()
             self._cond.notify_all()
         self._listener.close()
         for conn in self._conns:
