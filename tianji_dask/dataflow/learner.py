@@ -40,8 +40,8 @@ class Learner:
     def __init__(self, spec: dict):
         """``spec``: run_id, mode, explorers, chunk_steps, chunk_env_steps, law (the controller's
         settings), publish_every, updates_per_pass, drop_on_refresh, threads, explorer_workers,
-        direct_min_bytes (None: every chunk through Dask), t_process_start, stop (a StopConfig), make_algo (a picklable zero-argument callable
-        building the algorithm). Group mode adds group, streams (this group's explorer stream
+        direct_min_bytes (None: every chunk through Dask), t_process_start, stop (a StopConfig),
+        make_algo (a picklable zero-argument callable building the algorithm). Group mode adds group, streams (this group's explorer stream
         ids), reduce ({"every", "barrier"}) and reducer ((address, key) of the Reducer actor)."""
         self._worker = get_worker()
         self._client = get_client()  # background threads have no worker context: capture it here
