@@ -552,7 +552,9 @@ def cmd_transfer(args) -> int:
         a, b = sorted(client.scheduler_info()["workers"])
         sink_address = client.run(_start_sink, workers=[b])[b]
         for mib in args.sizes_mib:
-            dask_rates, e2e_rates, nbytes = [], [], None
+            # rounds: one Dask transfer, one direct send and one raw TCP send each, back to back, so
+            # each round's ratios compare the same minute of a noisy machine
+            dask_rates, e2e_rates, direct_rates, raw, paired = [], [], [], [], {"transfer": [], "direct": []}
             for i in range(args.repeats + 1):  # one warm-up
                 x = client.submit(_make_chunk_of, mib, i, workers=[a], pure=False)
                 wait(x)
@@ -561,21 +563,21 @@ def cmd_transfer(args) -> int:
                 nbytes = y.result()
                 dt = time.perf_counter() - t0
                 log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log)[-1:], workers=[b])[b]
-                del x, y
-                if i and log:
-                    entry = log[-1]
-                    dask_rates.append(entry["total"] / entry["duration"])
-                    e2e_rates.append(nbytes / dt)
-            direct_rates = []  # the same chunk from a task on a to a learner-style sink on b, the direct path
-            for i in range(args.repeats + 1):  # one warm-up
-                x = client.submit(_make_chunk_of, mib, i, workers=[a], pure=False)
-                wait(x)
+                del y
+                # the same chunk from a task on a to a learner-style sink on b: the direct path
                 key = client.submit(_send_direct, x, sink_address, f"direct-{mib}-{i}", workers=[a], pure=False).result()
                 sent, seconds = client.run(_sink_take, key, workers=[b])[b]
                 del x
-                if i:
-                    direct_rates.append(sent / seconds)
-            raw = raw_tcp_bandwidth(nbytes, args.repeats)
+                if not i or not log:
+                    continue
+                (raw_rate,) = raw_tcp_bandwidth(nbytes, 1)
+                dask_rate = log[-1]["total"] / log[-1]["duration"]
+                dask_rates.append(dask_rate)
+                e2e_rates.append(nbytes / dt)
+                direct_rates.append(sent / seconds)
+                raw.append(raw_rate)
+                paired["transfer"].append(dask_rate / raw_rate)
+                paired["direct"].append(sent / seconds / raw_rate)
             comm = dask_comm_bandwidth(mib, nbytes, args.repeats)
             row = {"mib": mib, "chunk_bytes": nbytes,
                    "dask_transfer_Bps": statistics.median(dask_rates),
@@ -589,11 +591,13 @@ def cmd_transfer(args) -> int:
             row["ratio_comm_vs_raw"] = row["dask_comm_Bps"] / row["raw_tcp_Bps"]
             row["ratio_end_to_end_vs_raw"] = row["dask_end_to_end_Bps"] / row["raw_tcp_Bps"]
             row["ratio_direct_vs_raw"] = row["direct_Bps"] / row["raw_tcp_Bps"]
+            row["ratio_transfer_vs_raw_paired"] = statistics.median(paired["transfer"])
+            row["ratio_direct_vs_raw_paired"] = statistics.median(paired["direct"])
             results["sizes"].append(row)
             print(f"{mib:>6g} MiB chunk: Dask {row['dask_transfer_Bps'] / 2**20:,.0f} MiB/s (worker transfer log), "
                   f"{row['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s end to end (task submit to result); "
                   f"Dask comm alone {row['dask_comm_Bps'] / 2**20:,.0f} MiB/s; direct path "
-                  f"{row['direct_Bps'] / 2**20:,.0f} MiB/s ({row['ratio_direct_vs_raw']:.2f} of raw); raw TCP "
+                  f"{row['direct_Bps'] / 2**20:,.0f} MiB/s ({row['ratio_direct_vs_raw_paired']:.2f} of raw, per round); raw TCP "
                   f"{row['raw_tcp_Bps'] / 2**20:,.0f} MiB/s; ratio {row['ratio_transfer_vs_raw']:.2f} / "
                   f"{row['ratio_end_to_end_vs_raw']:.2f}", flush=True)
     results["meta"]["load_end"] = _load()
@@ -609,18 +613,22 @@ def cmd_transfer(args) -> int:
              "of at least `learner.direct_chunks_min_mib` (default 1 MiB): the task on the first worker sends the chunk "
              "(pickle protocol 5, arrays out of band) over a plain TCP connection to a sink thread in the second "
              "worker's process, timed from the send's start to the message received and unpickled there. "
-             "Medians of the repeats after one warm-up.", "",
+             "Each round sends the chunk once through Dask, once by the direct path and once over raw TCP, back to "
+             "back; the \"per round\" columns are the medians of each round's own ratio (a noisy machine "
+             "changes speed between minutes). Medians of the rounds after one warm-up.", "",
              f"Command: `{results['meta']['command']}`. Machine: {results['meta']['machine']}, "
              f"{results['meta']['date']}, load average {results['meta']['load_start']} → {results['meta']['load_end']}.", "",
              "| chunk | Dask transfer (worker log) | Dask end to end (submit → result) | Dask comm alone | direct path "
-             "| raw TCP | ratio transfer ÷ raw | ratio end to end ÷ raw | ratio comm alone ÷ raw | ratio direct ÷ raw |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| raw TCP | ratio transfer ÷ raw | ratio end to end ÷ raw | ratio comm alone ÷ raw | ratio direct ÷ raw "
+             "| transfer ÷ raw, per round | direct ÷ raw, per round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["sizes"]:
         lines.append(f"| {r['chunk_bytes'] / 2**20:.2f} MiB | {r['dask_transfer_Bps'] / 2**20:,.0f} MiB/s | "
                      f"{r['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s | {r['dask_comm_Bps'] / 2**20:,.0f} MiB/s | "
                      f"{r['direct_Bps'] / 2**20:,.0f} MiB/s | "
                      f"{r['raw_tcp_Bps'] / 2**20:,.0f} MiB/s | {r['ratio_transfer_vs_raw']:.2f} | "
-                     f"{r['ratio_end_to_end_vs_raw']:.2f} | {r['ratio_comm_vs_raw']:.2f} | {r['ratio_direct_vs_raw']:.2f} |")
+                     f"{r['ratio_end_to_end_vs_raw']:.2f} | {r['ratio_comm_vs_raw']:.2f} | {r['ratio_direct_vs_raw']:.2f} | "
+                     f"{r['ratio_transfer_vs_raw_paired']:.2f} | {r['ratio_direct_vs_raw_paired']:.2f} |")
     Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}.json and {args.out}.md")
     return 0

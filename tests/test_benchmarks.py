@@ -114,6 +114,7 @@ def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_sid
         assert len(row[f"{name}_Bps_all"]) == 2 and all(v > 0 for v in row[f"{name}_Bps_all"]), name
     assert row["ratio_comm_vs_raw"] == row["dask_comm_Bps"] / row["raw_tcp_Bps"]
     assert row["ratio_direct_vs_raw"] == row["direct_Bps"] / row["raw_tcp_Bps"]
+    assert 0 < row["ratio_direct_vs_raw_paired"] and 0 < row["ratio_transfer_vs_raw_paired"]
     assert "| Dask comm alone | direct path |" in out.with_suffix(".md").read_text()
 
 
