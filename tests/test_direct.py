@@ -2,6 +2,7 @@
 a real run whose every chunk takes it."""
 
 import multiprocessing as mp
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +53,10 @@ def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept():
         stats = sink.stats()
         assert stats["chunks"] == 4 and stats["bytes"] > 2 * 3 * 2**20 and not stats["errors"]
         assert sink.held() == 0, "the discarded chunk was dropped on arrival"
+        deadline = time.monotonic() + 10
+        while sink._conns and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not sink._conns, "the closed connection is forgotten"
         assert sink.take("never-sent", timeout=0.1) is None
     finally:
         sink.close()

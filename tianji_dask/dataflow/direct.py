@@ -116,7 +116,8 @@ class ChunkSink:
             except OSError:
                 return  # closed
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._conns.append(conn)
+            with self._cond:
+                self._conns.append(conn)
             threading.Thread(target=self._read, args=(conn,), name="tianji-chunk-sink-conn", daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
@@ -148,6 +149,10 @@ class ChunkSink:
         except Exception as err:  # noqa: BLE001 - a broken connection costs only its chunks (reported lost)
             if not self._closed:
                 self.errors.append(f"{type(err).__name__}: {err}")
+        finally:
+            with self._cond:
+                if conn in self._conns:
+                    self._conns.remove(conn)
 
     def take(self, key: str, timeout: float = 30.0):
         """The chunk sent under ``key``; None if it has not arrived within ``timeout`` seconds."""
@@ -199,7 +204,9 @@ class ChunkSink:
             self._pool.clear()
             self._cond.notify_all()
         self._listener.close()
-        for conn in self._conns:
+        with self._cond:
+            conns = list(self._conns)
+        for conn in conns:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -221,7 +228,7 @@ def _recv_exact(conn: socket.socket, n: int, into=None):
 # ---- explorer side: one connection per process and sink ----------------------------------
 def _send_all(conn: socket.socket, parts: list) -> None:
     """Send every part, in order, in as few system calls as the socket takes (scatter-gather)."""
-    views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts]
+    views = [v for v in (p if isinstance(p, memoryview) else memoryview(p) for p in parts) if v.nbytes]
     while views:
         sent = conn.sendmsg(views[:512])
         while sent and sent >= views[0].nbytes:
