@@ -434,7 +434,7 @@ def _send_direct(chunk: dict, address: tuple, key: str) -> str:
 
 
 def _sink_take(key: str, dask_worker) -> tuple[int, float]:
-    """(bytes, seconds from the send's start to the message received and unpickled) of ``key``."""
+    """(bytes, seconds from the send's start to the message received and decoded) of ``key``."""
     sink = dask_worker.bench_sink
     if sink.take(key, timeout=60) is None:
         raise RuntimeError(f"direct chunk {key} never arrived: {sink.stats()}")
@@ -611,8 +611,8 @@ def cmd_transfer(args) -> int:
              "worker or task around it: the part of the gap that is Dask's transport (framing, serialization, "
              "tornado) rather than its worker-to-worker gather protocol. \"Direct path\" is how tianji_dask moves chunks "
              "of at least `learner.direct_chunks_min_mib` (default 1 MiB): the task on the first worker sends the chunk "
-             "(pickle protocol 5, arrays out of band) over a plain TCP connection to a sink thread in the second "
-             "worker's process, timed from the send's start to the message received and unpickled there. "
+             "(a small pickled layout, then the arrays' own memory) over a plain TCP connection to a sink thread in "
+             "the second worker's process, timed from the send's start to the message received and decoded there. "
              "Each round sends the chunk once through Dask, once by the direct path and once over raw TCP, back to "
              "back; the \"per round\" columns are the medians of each round's own ratio (a noisy machine "
              "changes speed between minutes). Medians of the rounds after one warm-up.", "",

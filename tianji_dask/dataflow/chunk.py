@@ -48,25 +48,35 @@ class SampleChunk(dict):
         total = sum(v.nbytes for _, v in arrays)
         if protocol < 5 or total > PACK_LIMIT or any(v.dtype.hasobject for _, v in arrays):
             return SampleChunk, (dict(self),)
-        layout, offset = [], 0
-        for name, arr in arrays:
-            layout.append((name, arr.dtype.str, arr.shape, offset))
-            offset += -(-arr.nbytes // _ALIGN) * _ALIGN
-        buf = np.empty(offset, np.uint8)
+        layout, size = array_layout(arrays)
+        buf = np.empty(size, np.uint8)
         for (_, arr), (_, _, _, start) in zip(arrays, layout):
             buf[start:start + arr.nbytes] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         stamps = {k: v for k, v in self.items() if not isinstance(v, np.ndarray)}
         return _unpack, (layout, stamps, pickle.PickleBuffer(buf))
 
 
+def array_layout(arrays: list[tuple[str, np.ndarray]]) -> tuple[list, int]:
+    """Where each array goes in one buffer: ([(name, dtype, shape, offset)], buffer size), every
+    array starting on a 64-byte boundary."""
+    layout, offset = [], 0
+    for name, arr in arrays:
+        layout.append((name, arr.dtype.str, arr.shape, offset))
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    return layout, offset
+
+
+def arrays_from(buffer, layout: list) -> dict[str, np.ndarray]:
+    """``array_layout``'s arrays as views into ``buffer`` (writable when it is). One ``np.ndarray``
+    call each: slicing, ``view`` and ``reshape`` took 8 times as long for a chunk's 8 arrays (69 vs
+    9 us)."""
+    raw = np.frombuffer(buffer, np.uint8)
+    return {name: np.ndarray(shape, dtype, buffer=raw, offset=start) for name, dtype, shape, start in layout}
+
+
 def _unpack(layout: list, stamps: dict, buffer) -> SampleChunk:
     """A packed chunk back: its arrays are views into ``buffer`` (writable when it is)."""
-    raw = np.frombuffer(buffer, np.uint8)
-    chunk = SampleChunk()
-    for name, dtype, shape, start in layout:
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        chunk[name] = raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+    chunk = SampleChunk(arrays_from(buffer, layout))
     chunk.update(stamps)
     return chunk
 

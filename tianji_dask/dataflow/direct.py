@@ -25,52 +25,48 @@ import time
 from collections import deque
 
 import numpy as np
+from distributed.comm.addressing import get_address_host, parse_address
+
+from tianji_dask.dataflow.chunk import array_layout, arrays_from
 
 _HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
-_ALIGN = 64  # each array starts on a 64-byte boundary of the body
 POOL_BYTES = 256 * 2**20  # receive buffers kept for reuse by one sink, at most
 
 
-def _padded(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
 def encode(chunk: dict) -> tuple[bytes, list]:
-    """A chunk as (layout, body parts): the layout (its type, each array's name, dtype, shape and
-    offset, and the non-array values) pickled small; the body its arrays' own memory, each padded
-    to a 64-byte boundary. No array is copied or pickled (pickling each array costs ~17 us)."""
+    """A chunk as (layout, body parts): the layout (its type, where each array goes in the body, as
+    a packed SampleChunk lays it out, and the non-array values) pickled small; the body the arrays'
+    own memory with padding between them. No array is copied or pickled (~17 us each)."""
     if not isinstance(chunk, dict):
         raise TypeError(f"direct send: a chunk is a dict, got {type(chunk).__name__}")
-    arrays, rest, parts, offset = [], {}, [], 0
-    for name, value in chunk.items():
-        if isinstance(value, np.ndarray) and not value.dtype.hasobject:
-            arrays.append((name, value.dtype.str, value.shape, offset))
-            if not value.nbytes:
-                continue
-            if not value.flags.c_contiguous or not value.ndim:
-                value = np.ascontiguousarray(value).reshape(-1)
-            parts.append(memoryview(value).cast("B"))
-            pad = _padded(value.nbytes) - value.nbytes
-            if pad:
-                parts.append(bytes(pad))
-            offset += value.nbytes + pad
-        else:
-            rest[name] = value
-    return pickle.dumps((type(chunk), arrays, rest), protocol=5), parts
+    arrays = [(k, v) for k, v in chunk.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject]
+    rest = {k: v for k, v in chunk.items() if not (isinstance(v, np.ndarray) and not v.dtype.hasobject)}
+    layout, size = array_layout(arrays)
+    parts, end = [], 0
+    for (_, value), (_, _, _, offset) in zip(arrays, layout):
+        if not value.nbytes:
+            continue
+        if offset > end:
+            parts.append(bytes(offset - end))
+        if not value.flags.c_contiguous or not value.ndim:
+            value = np.ascontiguousarray(value).reshape(-1)
+        parts.append(memoryview(value).cast("B"))
+        end = offset + value.nbytes
+    if size > end:
+        parts.append(bytes(size - end))
+    return pickle.dumps((type(chunk), layout, rest), protocol=5), parts
 
 
 def decode(layout: bytes, body: np.ndarray) -> dict:
     """``encode``'s chunk back; its arrays are views into ``body`` (one allocation, writable)."""
     cls, arrays, rest = pickle.loads(layout)
-    chunk = cls()
-    for name, dtype, shape, offset in arrays:
-        chunk[name] = np.ndarray(shape, dtype, buffer=body, offset=offset)
+    chunk = cls(arrays_from(body, arrays))
     chunk.update(rest)
     return chunk
 
 
 class DirectChunk(dict):
-    """What an explorer task returns for a chunk sent directly: its key and its size."""
+    """What an explorer task returns for a chunk sent directly: its key."""
 
     __slots__ = ()
 
@@ -78,10 +74,8 @@ class DirectChunk(dict):
 def sink_host(worker_address: str) -> str | None:
     """The host a sink listens on, from its worker's address; None when the comms are not plain
     TCP (TLS or another protocol: the direct path would bypass their encryption or transport)."""
-    if not worker_address.startswith("tcp://"):
-        return None
-    host = worker_address[len("tcp://"):].rsplit(":", 1)[0]
-    return host.strip("[]")
+    scheme, _ = parse_address(worker_address)
+    return get_address_host(worker_address) if scheme == "tcp" else None
 
 
 class ChunkSink:
@@ -267,4 +261,4 @@ def send_chunk(address: tuple, key: str, chunk: dict) -> DirectChunk:
                     conn.close()
                 if attempt:
                     raise
-    return DirectChunk(key=key, nbytes=int(chunk.get("nbytes", 0)))
+    return DirectChunk(key=key)
