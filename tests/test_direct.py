@@ -2,6 +2,8 @@
 a real run whose every chunk takes it."""
 
 import multiprocessing as mp
+import socket
+import threading
 import time
 
 import numpy as np
@@ -115,3 +117,35 @@ def test_receive_buffers_are_reused_only_once_no_chunk_views_them():
         assert id(sink._buffer(3000).base) == pooled, "free again: its pages are reused"
     finally:
         sink.close()
+
+
+def test_a_send_returns_only_once_the_sink_holds_the_chunk():
+    # the explorer's task returns after the sink's acknowledgement, so when the learner sees the
+    # task finished, the chunk's bytes are already there: take() never waits on the socket
+    sink = ChunkSink("127.0.0.1")
+    try:
+        for i in range(5):
+            send_chunk(sink.address, f"k{i}", _chunk(*SIZES["large"], salt=i))
+            assert sink.take(f"k{i}", timeout=0) is not None, i
+    finally:
+        sink.close()
+
+
+def _closing_server(listener, accepts):
+    for _ in range(accepts):
+        conn, _ = listener.accept()
+        conn.recv(1 << 16)
+        conn.close()  # takes the chunk's first 64 KiB, then goes away without acknowledging it
+
+
+def test_a_send_to_a_sink_that_goes_away_fails_its_task():
+    # the task fails (Dask retries it, or the learner reports it lost) instead of returning a stub
+    # whose bytes never come
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        server = threading.Thread(target=_closing_server, args=(listener, 4), daemon=True)
+        server.start()
+        for size in ("small", "large"):  # the small one is taken whole before the sink goes away
+            with pytest.raises(OSError):
+                send_chunk(listener.getsockname()[:2], f"gone-{size}", _chunk(*SIZES[size], salt=1))
+        server.join(10)
+        assert not server.is_alive(), "the send was tried once more on a new connection"

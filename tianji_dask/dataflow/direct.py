@@ -6,9 +6,12 @@ msgpack framing, serialization, tornado's reads on the event loop) and, measured
 chunk of pixels that is most of its cost. So a chunk of at least ``min_bytes`` is sent by the
 explorer task itself to a ``ChunkSink`` in the learner's process, as one message: a small pickled
 layout, then the arrays' own memory (scatter-gather from the sender's arrays, one receive buffer
-on the other side whose views become the chunk's arrays). The task returns only a ``DirectChunk``
-stub: the future still says when and whether the chunk exists (``as_completed``, retries, lost
-chunks and the controller's credits work as before); only the bytes take the short way.
+on the other side whose views become the chunk's arrays). The sink answers one byte once it holds
+the chunk, and only then does the task return, with just a ``DirectChunk`` stub: the future still
+says when and whether the chunk exists (``as_completed``, retries, lost chunks and the
+controller's credits work as before), and when it says so the bytes are already in the learner's
+process. A sink that dies or goes away fails the task, as a dead worker would; only the bytes
+take the short way.
 
 Plain TCP only: when the cluster's comms are TLS (or anything but ``tcp://``), the direct path is
 off, so no byte leaves a worker unencrypted. This module imports no algorithm code.
@@ -30,6 +33,7 @@ from distributed.comm.addressing import get_address_host, parse_address
 from tianji_dask.dataflow.chunk import array_layout, arrays_from
 
 _HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
+_ACK = b"\x01"  # the sink's answer once it holds a chunk
 POOL_BYTES = 256 * 2**20  # receive buffers kept for reuse by one sink, at most
 
 
@@ -82,8 +86,9 @@ class ChunkSink:
     """Receives directly sent chunks in a background thread (one per connection) and holds each
     under its task key until the learner takes it.
 
-    ``take`` waits for a chunk whose stub has arrived: the explorer's send finished before its task
-    returned, so the bytes are in the socket or being read. ``discard`` forgets a chunk the learner
+    Each chunk held (or dropped, if discarded) is acknowledged with one byte on its connection,
+    and the sender's task returns only then, so ``take`` finds a chunk whose stub has arrived
+    without waiting. ``discard`` forgets a chunk the learner
     will never take (its task was cancelled or lost); ``close`` forgets everything."""
 
     def __init__(self, host: str = "127.0.0.1"):
@@ -140,6 +145,7 @@ class ChunkSink:
                         elif not self._closed:
                             self._chunks[key] = chunk
                         self._cond.notify_all()
+                    conn.sendall(_ACK)  # held (or dropped): the sender's task may now return
         except Exception as err:  # noqa: BLE001 - a broken connection costs only its chunks (reported lost)
             if not self._closed:
                 self.errors.append(f"{type(err).__name__}: {err}")
@@ -237,9 +243,10 @@ _lock = threading.Lock()
 
 
 def send_chunk(address: tuple, key: str, chunk: dict) -> DirectChunk:
-    """Send ``chunk`` to the sink at ``address`` under ``key``; return the stub the task returns.
-    A broken connection is reopened once; a second failure raises (the task fails, and Dask's
-    retry or the learner's lost-chunk accounting takes over)."""
+    """Send ``chunk`` to the sink at ``address`` under ``key`` and wait for its acknowledgement;
+    return the stub the task returns. A broken connection is reopened and the chunk sent once more
+    (a second copy replaces the first); a second failure, or no answer within 30 s, raises: the
+    task fails, and Dask's retry or the learner's lost-chunk accounting takes over."""
     t_send = time.time()
     layout, body = encode(chunk)
     key_bytes = key.encode()
@@ -254,6 +261,8 @@ def send_chunk(address: tuple, key: str, chunk: dict) -> DirectChunk:
                     conn = _connections[address] = socket.create_connection(address, timeout=30)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 _send_all(conn, parts)
+                if conn.recv(1) != _ACK:
+                    raise ConnectionError("direct send: the sink closed the connection before it held the chunk")
                 break
             except OSError:
                 _connections.pop(address, None)

@@ -30,7 +30,9 @@ REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
 HOMES_EVERY_S = 2.0  # how often the learner looks for explorer workers that joined or left
 WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its stop rules and explorers
-DIRECT_TAKE_S = 30.0  # the longest a direct chunk's bytes may lag behind its task's result
+# a direct chunk's task returns only once the sink holds its bytes, so they are here when its
+# result is; this bounds a wait that should not happen (the chunk is then reported lost)
+DIRECT_TAKE_S = 5.0
 
 
 class Learner:
