@@ -105,17 +105,22 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
     assert ctrl["credits_granted"] == sum(ctrl["credits_returned"].values()), ctrl["credits_returned"]
 
 
+def _explorers(client) -> list[str]:
+    return sorted(a for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if w["resources"].get("EXPLORER"))
+
+
 def _run_killing_explorers(client, out, seed):
-    """A DQN run whose explorer worker processes are killed three times while it learns."""
+    """A DQN run whose explorer worker processes are killed three times while it learns, each
+    kill once the learner has reached a version and the previous kill's worker is replaced."""
+    full = len(_explorers(client))
     run = Run("cartpole_dqn", client, out=out, overrides={"stop.max_seconds": 240, "seed": seed})
     run.start()
     killed = []
-    for version in (1500, 3000, 4500):  # three kills, by pid, while it learns
+    for version in (500, 1500, 2500):
         deadline = time.time() + 120
-        while run.status().get("version", 0) < version and time.time() < deadline:
-            time.sleep(0.2)
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        explorers = sorted(a for a, w in workers.items() if w["resources"].get("EXPLORER"))
+        while (run.status().get("version", 0) < version or len(_explorers(client)) < full) and time.time() < deadline:
+            time.sleep(0.1)
+        explorers = _explorers(client)
         if not explorers or run.status().get("done"):
             break
         pid = client.run(os.getpid, workers=[explorers[len(killed) % len(explorers)]])
@@ -125,28 +130,29 @@ def _run_killing_explorers(client, out, seed):
 
 
 def test_killed_explorers_cost_only_their_chunks_in_flight(own_client, tmp_path):
-    # DQN at a constant learning rate now and then oscillates and does not solve (see
-    # test_dataflow's relaxed-run test): one full-suite run ended this one at a 100-episode
-    # mean of 168 after 240 s with its three kills done and every chunk accounted for. So, as
-    # there, a second seed is a fresh draw; the accounting is checked on every run.
+    # The run must solve after its three kills. Two ways a draw proves nothing: DQN at a constant
+    # learning rate now and then oscillates and does not solve (see test_dataflow's relaxed-run
+    # test; one full-suite run ended this one at a 100-episode mean of 168 after 240 s, kills done,
+    # every chunk accounted for), and a fast machine may solve before the third kill. Either way
+    # the next seed is a fresh draw; the accounting is checked on every run.
     failed = []
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         killed, results = _run_killing_explorers(own_client, tmp_path / f"explorer-{seed}", seed)
         ctrl = results["controller"]
-        assert len(killed) == 3, (seed, len(killed), results["final_mean_return"])
         gone = [lost for lost in results["lost"] if lost["reason"] != "cancelled at stop"]
-        assert len(gone) <= 3 * (ctrl["window_max"] + 1), gone  # at most what was in flight on them
+        assert len(gone) <= len(killed) * (ctrl["window_max"] + 1), gone  # at most what was in flight on them
         assert results["error"] is None and results["learner_restarts"] == []
         # every chunk is accounted for: consumed, or lost with a reason; no credit left over
         assert ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
         assert ctrl["chunks_in_flight"] == 0
-        if results["solved"]:
+        if len(killed) == 3 and results["solved"]:
             break
-        failed.append(f"seed {seed}: not solved, final 100-episode mean {results['final_mean_return']}, "
-                      f"{results['env_steps']} env steps in {results['wall_s']:.0f} s")
-    assert results["solved"], "; ".join(failed)
+        failed.append(f"seed {seed}: {len(killed)} kills, solved {results['solved']} (final 100-episode mean "
+                      f"{results['final_mean_return']}, {results['env_steps']} env steps in {results['wall_s']:.0f} s)")
+    else:
+        pytest.fail("; ".join(failed))
     if failed:
-        warnings.warn(f"killed-explorer run solved on its second seed only; {failed[0]}")
+        warnings.warn(f"killed-explorer run passed on seed {seed} only; {'; '.join(failed)}")
 
 
 def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
