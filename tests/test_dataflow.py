@@ -100,6 +100,9 @@ def test_relaxed_run_solves_cartpole(tianji_client, tmp_path, pipeline, budget):
     p = run.pipeline
     assert results["env_steps"] <= budget + p.explorers * p.chunk_steps * p.env.num_envs
     assert results["learner_busy_fraction"] > 0
+    # every stream gets work, not only the first, also when chunks are granted one at a time
+    per_explorer = results["controller"]["per_explorer_env_steps"]
+    assert len(per_explorer) == p.explorers and min(per_explorer.values()) >= 0.25 * results["env_steps"], per_explorer
     chunks = _chunks(run.out)
     _check_accounting(run, results)
     _check_staleness(run, results, chunks)
@@ -181,14 +184,16 @@ def test_no_deadlock_at_the_lower_clamp(tianji_client, tmp_path):
     # on-policy chunks hold their credits until trained on, so this is the tightest that can run
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "clamp", overrides={
         "algo.config.segments_per_batch": 2, "controller.staleness_target": 0, "controller.window": 4,
-        "stop.max_updates": 12, "stop.max_seconds": 120,
+        "stop.max_updates": 40, "stop.max_seconds": 120, "stop.target_return": None,
     })
     results = run.start().wait()
-    assert results["stop_reason"] == "max_updates" and results["updates"] == 12
+    assert results["stop_reason"] == "max_updates" and results["updates"] == 40
     ctrl = results["controller"]
     assert ctrl["window_min"] == 2 and ctrl["window"] == 2  # the law went down to the clamp, not below
+    # each history row holds the window its chunk was consumed under, before the law's move on
+    # that chunk: the last move (to 2) shows in a row only if another chunk comes after it
     history = np.array(ctrl["history"])
-    assert history[:, 3].min() >= 2 and history[-1, 3] == 2
+    assert history[:, 3].min() >= 2
     _check_accounting(run, results)
 
 
@@ -216,8 +221,8 @@ def test_key_name_cache_stays_bounded_in_every_role(tianji_client, tmp_path):
     tianji_client.run(set_limit, limit)
     tianji_client.run_on_scheduler(set_limit, limit)
     try:
-        run = Run("cartpole_dqn", tianji_client, out=tmp_path / "keys",
-                  overrides={"chunk_steps": 8, "stop.max_env_steps": 16_000, "stop.target_return": None})
+        run = Run("cartpole_dqn", tianji_client, out=tmp_path / "keys", overrides={
+            "chunk_steps": 8, "env.num_envs": 8, "stop.max_env_steps": 16_000, "stop.target_return": None})
         results = run.start().wait()
         assert results["error"] is None and results["chunks"] >= 5 * limit
         sizes = {**tianji_client.run(size), "scheduler": tianji_client.run_on_scheduler(size)}

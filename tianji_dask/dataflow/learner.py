@@ -177,6 +177,7 @@ class Learner:
         lockstep = spec["mode"] == "lockstep"
         streams = self.streams
         per_stream = {eid: 0 for eid in streams}  # chunks in flight per explorer stream
+        self._served = dict.fromkeys(streams, 0)  # when each stream was last given a chunk to make
         failures = {eid: 0 for eid in streams}  # consecutive failed chunks per stream
         reports: list[list] = []  # consumed rows not yet reported to the controller
         reported_futs: list = []  # futures kept alive until their consumption is reported
@@ -261,7 +262,10 @@ class Learner:
                         self._publish(wait=lockstep or algo.on_policy)
                 want = []
                 for _ in range(n_want):
-                    eid = min(streams, key=lambda e: per_stream[e] + sum(1 for _, w in want if w == e))
+                    # the least-loaded stream; among equals the one served longest ago. The
+                    # controller grants the head of the list: were ties broken by order, a paced
+                    # learner granted one chunk at a time would give the first stream every one
+                    eid = min(streams, key=lambda e: (per_stream[e] + sum(1 for _, w in want if w == e), self._served[e]))
                     want.append((f"tianji-explore-{self._tag}-{uuid.uuid4().hex[:12]}", eid))
                 status = None
                 if now - last_sent_status >= LEARNER_STATUS_EVERY_S:
@@ -336,6 +340,7 @@ class Learner:
                     self._direct, key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
                 )
                 per_stream[eid] += 1
+                self._served[eid] = max(self._served.values()) + 1
                 self._in_flight[key] = (task, eid, self.version, home)
                 ac.add(task)
         if n_want and not reply["granted"] and not self._in_flight and not self.algo.ready():
