@@ -101,7 +101,9 @@ def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path)
     assert results["chunks"] > 0 and direct["chunks"] >= results["chunks"]
     p = run.pipeline  # at least each chunk's float32 observations (T + 1 steps of 4 numbers per env)
     assert direct["bytes"] >= results["chunks"] * p.env.num_envs * (p.chunk_steps + 1) * 4 * 4
-    assert results["learner_time"]["seconds"]["receive"] > 0
+    # taking them is timed as its own part; near zero (it may round to 0 s), as a finished task
+    # means the sink already holds the bytes
+    assert "receive" in results["learner_time"]["seconds"]
     assert all("stop" in row["reason"] for row in results["lost"]), results["lost"]
 
 
