@@ -88,8 +88,8 @@ class ChunkSink:
 
     Each chunk held (or dropped, if discarded) is acknowledged with one byte on its connection,
     and the sender's task returns only then, so ``take`` finds a chunk whose stub has arrived
-    without waiting. ``discard`` forgets a chunk the learner
-    will never take (its task was cancelled or lost); ``close`` forgets everything."""
+    without waiting. ``discard`` forgets a chunk the learner will never take (its task was
+    cancelled or lost); ``close`` forgets everything."""
 
     def __init__(self, host: str = "127.0.0.1"):
         self._listener = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)

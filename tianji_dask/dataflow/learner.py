@@ -8,6 +8,7 @@ client; it is the only thread that touches the algorithm, the ledger and the fut
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import threading
 import time
@@ -65,6 +66,8 @@ class Learner:
         self._status: dict = {}
         self._final: dict | None = None
         self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version, home worker)
+        self._served: dict[int, int] = {}  # explorer stream -> serial number of its last submitted chunk
+        self._submissions = itertools.count(1)
         self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
         self._ctl: dict = {}
         self._error: str | None = None  # why the run ended early, for the results
@@ -177,7 +180,6 @@ class Learner:
         lockstep = spec["mode"] == "lockstep"
         streams = self.streams
         per_stream = {eid: 0 for eid in streams}  # chunks in flight per explorer stream
-        self._served = dict.fromkeys(streams, 0)  # when each stream was last given a chunk to make
         failures = {eid: 0 for eid in streams}  # consecutive failed chunks per stream
         reports: list[list] = []  # consumed rows not yet reported to the controller
         reported_futs: list = []  # futures kept alive until their consumption is reported
@@ -265,7 +267,7 @@ class Learner:
                     # the least-loaded stream; among equals the one served longest ago. The
                     # controller grants the head of the list: were ties broken by order, a paced
                     # learner granted one chunk at a time would give the first stream every one
-                    eid = min(streams, key=lambda e: (per_stream[e] + sum(1 for _, w in want if w == e), self._served[e]))
+                    eid = min(streams, key=lambda e: (per_stream[e] + sum(1 for _, w in want if w == e), self._served.get(e, 0)))
                     want.append((f"tianji-explore-{self._tag}-{uuid.uuid4().hex[:12]}", eid))
                 status = None
                 if now - last_sent_status >= LEARNER_STATUS_EVERY_S:
@@ -340,7 +342,7 @@ class Learner:
                     self._direct, key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
                 )
                 per_stream[eid] += 1
-                self._served[eid] = max(self._served.values()) + 1
+                self._served[eid] = next(self._submissions)
                 self._in_flight[key] = (task, eid, self.version, home)
                 ac.add(task)
         if n_want and not reply["granted"] and not self._in_flight and not self.algo.ready():
