@@ -3,6 +3,7 @@ a real run whose every chunk takes it."""
 
 import multiprocessing as mp
 import socket
+import sys
 import threading
 import time
 
@@ -33,11 +34,18 @@ def _sender(address, keys):
         assert isinstance(stub, DirectChunk) and stub["key"] == key
 
 
-def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept():
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize("way", ["unix", "tcp"])
+def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept(way):
+    if way == "unix" and not LINUX:
+        pytest.skip("abstract Unix sockets are Linux's")
     sink = ChunkSink("127.0.0.1")
     try:
         sink.discard("k3")  # its task was cancelled before the bytes came
-        proc = mp.get_context("spawn").Process(target=_sender, args=(sink.address, ["k0", "k1", "k2", "k3"]))
+        address = sink.address if way == "unix" else sink.address[:2]  # a sender on another host knows only these
+        proc = mp.get_context("spawn").Process(target=_sender, args=(address, ["k0", "k1", "k2", "k3"]))
         proc.start()
         for i, key in enumerate(["k0", "k1", "k2"]):
             got = sink.take(key, timeout=60)
@@ -54,6 +62,7 @@ def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept():
         assert proc.exitcode == 0
         stats = sink.stats()
         assert stats["chunks"] == 4 and stats["bytes"] > 2 * 3 * 2**20 and not stats["errors"]
+        assert stats["connections"] == {"unix": int(way == "unix"), "tcp": int(way == "tcp")}, "one connection, this way"
         assert sink.held() == 0, "the discarded chunk was dropped on arrival"
         deadline = time.monotonic() + 10
         while sink._conns and time.monotonic() < deadline:
@@ -97,6 +106,8 @@ def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path)
     assert results["error"] is None and results["updates"] > 0
     direct = results["direct_chunks"]
     assert direct["min_bytes"] == 0 and not direct["errors"]
+    # explorers and learner share this host: every connection is the Unix socket's
+    assert direct["connections"]["tcp"] == 0 and direct["connections"]["unix"] >= (1 if LINUX else 0)
     # every chunk the learner consumed came over the socket (stop may catch a few more in the air)
     assert results["chunks"] > 0 and direct["chunks"] >= results["chunks"]
     p = run.pipeline  # at least each chunk's float32 observations (T + 1 steps of 4 numbers per env)
@@ -130,6 +141,18 @@ def test_a_send_returns_only_once_the_sink_holds_the_chunk():
         for i in range(5):
             send_chunk(sink.address, f"k{i}", _chunk(*SIZES["large"], salt=i))
             assert sink.take(f"k{i}", timeout=0) is not None, i
+    finally:
+        sink.close()
+
+
+def test_a_sender_that_cannot_reach_the_unix_socket_falls_back_to_tcp():
+    # as on another host: the abstract name does not exist there, so the connection goes over TCP
+    sink = ChunkSink("127.0.0.1")
+    try:
+        host, port, _ = sink.address
+        send_chunk((host, port, f"tianji-sink-not-here-{time.time_ns()}"), "k0", _chunk(*SIZES["small"], salt=0))
+        assert sink.take("k0", timeout=0) is not None
+        assert sink.stats()["connections"] == {"unix": 0, "tcp": 1}
     finally:
         sink.close()
 

@@ -102,8 +102,9 @@ class LearnerConfig(_Strict):
         False, description="drop a chunk whose explorer would have received newer weights before it finished (TianJi's refresh)")
     threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
     direct_chunks_min_mib: float | None = Field(
-        1.0, ge=0, description="chunks of at least this many MiB go from explorer to learner over a direct TCP "
-        "connection instead of Dask's gather (plain-TCP clusters only; TLS keeps everything in Dask); null: never")
+        1.0, ge=0, description="chunks of at least this many MiB go from explorer to learner over a direct socket "
+        "(a Unix socket on the learner's host, TCP elsewhere) instead of Dask's gather (plain-TCP clusters "
+        "only; TLS keeps everything in Dask); null: never")
     device: str = Field("cpu", description="torch device of the learner's networks: cpu, cuda or cuda:N "
                         "(explorers always act on CPU; weights are published as CPU arrays)")
 

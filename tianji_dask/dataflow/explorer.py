@@ -82,8 +82,8 @@ class EnvPool(WorkerPlugin):
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
                   group: int = 0, direct: tuple | None = None) -> dict:
     """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
-    ``policy_version``. With ``direct`` = (host, port, min_bytes), a chunk of at least min_bytes
-    goes straight to the learner's sink there and the task returns its stub (see direct.py)."""
+    ``policy_version``. With ``direct`` = (*sink address, min_bytes), a chunk of at least
+    min_bytes goes straight to the learner's sink and the task returns its stub (see direct.py)."""
     worker = get_worker()
     pool: EnvPool = worker.plugins[POOL_NAME]
     if pool.run_id != run_id:
@@ -104,7 +104,7 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     pool.env_steps += chunk["env_steps"]
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache
-    if direct is not None and chunk["nbytes"] >= direct[2]:
+    if direct is not None and chunk["nbytes"] >= direct[-1]:
         with context_meter.meter("direct-send"):
-            return send_chunk(direct[:2], worker.get_current_task(), chunk)
+            return send_chunk(direct[:-1], worker.get_current_task(), chunk)
     return chunk

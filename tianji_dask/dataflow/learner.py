@@ -582,7 +582,7 @@ class Learner:
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
-            "direct_chunks": None if self._sink is None else {**self._sink.stats(), "min_bytes": self._direct[2]},
+            "direct_chunks": None if self._sink is None else {**self._sink.stats(), "min_bytes": self._direct[-1]},
             **({"group": self.group, "fusions": self._fusions} if self._reducer is not None else {}),
         })
         if self._sink is not None:
