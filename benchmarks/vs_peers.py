@@ -23,8 +23,8 @@ the model constructed). "From launch" counts from the moment the harness started
 An unsolved run is kept and reported with its budget as a lower bound. The JSON holds every run;
 the markdown the medians and the ratios peer time ÷ tianji time (relaxed).
 
-``transfer``: bandwidth of sample chunks (>= 1 MiB) moved worker to worker by Dask, against a plain
-TCP socket pair on the loopback interface measured in the same invocation.
+``transfer``: bandwidth of sample chunks (>= 1 MiB) moved worker to worker by Dask and by the direct
+path, against plain socket pairs (loopback TCP, Unix) measured in the same invocation.
 ``scaling``: env steps/s produced by a run with 1, 2, ... explorers (no target, fixed seconds).
 """
 
@@ -441,43 +441,74 @@ def _sink_take(key: str, dask_worker) -> tuple[int, float]:
     return next((nbytes, seconds) for k, nbytes, seconds in reversed(sink.recent) if k == key)
 
 
-def _raw_sender(port: int, nbytes: int, repeats: int) -> None:
+def _raw_peer(port: int, unix_name: str | None, nbytes: int) -> None:
+    """Send a timestamp and ``nbytes`` on the connection each request names (b"t": TCP, b"u": Unix)."""
     import socket
+    import struct
 
-    payload = os.urandom(nbytes)
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(repeats + 1):  # one warm-up
-            s.recv(1)  # go
-            s.sendall(payload)
+    message = bytearray(8) + os.urandom(nbytes)
+    tcp = socket.create_connection(("127.0.0.1", port))
+    tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    unix = None
+    if unix_name is not None:
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.connect("\0" + unix_name)
+    while (op := tcp.recv(1)) in (b"t", b"u"):
+        conn = tcp if op == b"t" else unix
+        struct.pack_into("!d", message, 0, time.time())  # the clock starts as the send does, as a direct send's
+        conn.sendall(message)
+    tcp.close()
+    if unix is not None:
+        unix.close()
 
 
-def raw_tcp_bandwidth(nbytes: int, repeats: int) -> list[float]:
-    """Bytes/s of ``nbytes`` sent by another process over a loopback TCP connection, per repeat."""
-    import multiprocessing as mp
-    import socket
+class RawLoopback:
+    """A plain socket pair to a spawned process, over loopback TCP and (on Linux) an abstract Unix
+    socket: the raw figures the transfers are compared with. Each message is timed like a direct
+    send, from the sender's clock as it starts to the last byte received here."""
 
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        proc = mp.get_context("spawn").Process(target=_raw_sender, args=(srv.getsockname()[1], nbytes, repeats))
-        proc.start()
-        conn, _ = srv.accept()
-        buf = bytearray(nbytes)
-        view = memoryview(buf)
-        rates = []
-        with conn:
-            for i in range(repeats + 1):
-                t0 = time.perf_counter()
-                conn.sendall(b"g")
-                got = 0
-                while got < nbytes:
-                    got += conn.recv_into(view[got:], nbytes - got)
-                dt = time.perf_counter() - t0
-                if i:
-                    rates.append(nbytes / dt)
-        proc.join()
-    return rates
+    def __init__(self, nbytes: int):
+        import multiprocessing as mp
+        import socket
+
+        self.nbytes = nbytes
+        self._buf = bytearray(8 + nbytes)
+        srv = socket.create_server(("127.0.0.1", 0))
+        unix_name, usrv = None, None
+        if sys.platform.startswith("linux"):
+            unix_name = f"tianji-bench-{os.getpid()}-{time.time_ns()}"
+            usrv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            usrv.bind("\0" + unix_name)
+            usrv.listen(1)
+        self._proc = mp.get_context("spawn").Process(target=_raw_peer, args=(srv.getsockname()[1], unix_name, nbytes))
+        self._proc.start()
+        self._conns = {"tcp": srv.accept()[0]}
+        self._conns["tcp"].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if usrv is not None:
+            self._conns["unix"] = usrv.accept()[0]
+            usrv.close()
+        srv.close()
+
+    def rate(self, way: str) -> float | None:
+        """Bytes/s of one message over ``way`` ("tcp" or "unix"); None where there is no such way."""
+        import struct
+
+        if way not in self._conns:
+            return None
+        self._conns["tcp"].sendall(b"t" if way == "tcp" else b"u")
+        conn, view, got = self._conns[way], memoryview(self._buf), 0
+        while got < len(self._buf):
+            k = conn.recv_into(view[got:], len(self._buf) - got)
+            if not k:
+                raise ConnectionError("raw loopback: the sender went away")
+            got += k
+        return self.nbytes / (time.time() - struct.unpack_from("!d", self._buf)[0])
+
+    def close(self) -> None:
+        self._conns["tcp"].sendall(b"q")
+        self._proc.join(timeout=30)
+        for conn in self._conns.values():
+            conn.close()
 
 
 def _comm_server(queue, mib: float, repeats: int) -> None:
@@ -552,9 +583,11 @@ def cmd_transfer(args) -> int:
         a, b = sorted(client.scheduler_info()["workers"])
         sink_address = client.run(_start_sink, workers=[b])[b]
         for mib in args.sizes_mib:
-            # rounds: one Dask transfer, one direct send and one raw TCP send each, back to back, so
-            # each round's ratios compare the same minute of a noisy machine
-            dask_rates, e2e_rates, direct_rates, raw, paired = [], [], [], [], {"transfer": [], "direct": []}
+            # rounds: one Dask transfer, one direct send each way and one raw send each way, back to
+            # back, so each round's ratios compare the same minute of a noisy machine
+            dask_rates, e2e_rates, paired = [], [], {"transfer": [], "direct": [], "direct_tcp": []}
+            rates = {"direct": [], "direct_tcp": [], "raw_tcp": [], "raw_unix": []}
+            raw_pair = None
             for i in range(args.repeats + 1):  # one warm-up
                 x = client.submit(_make_chunk_of, mib, i, workers=[a], pure=False)
                 wait(x)
@@ -564,71 +597,90 @@ def cmd_transfer(args) -> int:
                 dt = time.perf_counter() - t0
                 log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log)[-1:], workers=[b])[b]
                 del y
-                # the same chunk from a task on a to a learner-style sink on b: the direct path
-                key = client.submit(_send_direct, x, sink_address, f"direct-{mib}-{i}", workers=[a], pure=False).result()
-                sent, seconds = client.run(_sink_take, key, workers=[b])[b]
+                # the same chunk from a task on a to a learner-style sink on b: the direct path, the
+                # way a pipeline sends it (the Unix socket, as a and b share a host) and TCP only (as
+                # from another host)
+                # (alternately first: the first send after the Dask transfer's bookkeeping is the slower)
+                round_rates, ways = {}, [("direct", sink_address), ("direct_tcp", tuple(sink_address[:2]))]
+                for way, address in ways[::-1] if i % 2 else ways:
+                    key = client.submit(_send_direct, x, address, f"{way}-{mib}-{i}", workers=[a], pure=False).result()
+                    sent, seconds = client.run(_sink_take, key, workers=[b])[b]
+                    round_rates[way] = sent / seconds
                 del x
+                if raw_pair is None:
+                    raw_pair = RawLoopback(nbytes)
+                round_rates["raw_tcp"], round_rates["raw_unix"] = raw_pair.rate("tcp"), raw_pair.rate("unix")
                 if not i or not log:
                     continue
-                (raw_rate,) = raw_tcp_bandwidth(nbytes, 1)
                 dask_rate = log[-1]["total"] / log[-1]["duration"]
                 dask_rates.append(dask_rate)
                 e2e_rates.append(nbytes / dt)
-                direct_rates.append(sent / seconds)
-                raw.append(raw_rate)
-                paired["transfer"].append(dask_rate / raw_rate)
-                paired["direct"].append(sent / seconds / raw_rate)
+                for way, rate in round_rates.items():
+                    if rate is not None:
+                        rates[way].append(rate)
+                paired["transfer"].append(dask_rate / round_rates["raw_tcp"])
+                paired["direct"].append(round_rates["direct"] / round_rates["raw_tcp"])
+                paired["direct_tcp"].append(round_rates["direct_tcp"] / round_rates["raw_tcp"])
+            raw_pair.close()
             comm = dask_comm_bandwidth(mib, nbytes, args.repeats)
             row = {"mib": mib, "chunk_bytes": nbytes,
                    "dask_transfer_Bps": statistics.median(dask_rates),
                    "dask_end_to_end_Bps": statistics.median(e2e_rates),
                    "dask_comm_Bps": statistics.median(comm),
-                   "direct_Bps": statistics.median(direct_rates), "direct_Bps_all": direct_rates,
-                   "raw_tcp_Bps": statistics.median(raw),
+                   **{f"{way}_Bps": statistics.median(v) if v else None for way, v in rates.items()},
+                   **{f"{way}_Bps_all": v for way, v in rates.items()},
                    "dask_transfer_Bps_all": dask_rates, "dask_end_to_end_Bps_all": e2e_rates,
-                   "dask_comm_Bps_all": comm, "raw_tcp_Bps_all": raw}
+                   "dask_comm_Bps_all": comm}
             row["ratio_transfer_vs_raw"] = row["dask_transfer_Bps"] / row["raw_tcp_Bps"]
             row["ratio_comm_vs_raw"] = row["dask_comm_Bps"] / row["raw_tcp_Bps"]
             row["ratio_end_to_end_vs_raw"] = row["dask_end_to_end_Bps"] / row["raw_tcp_Bps"]
             row["ratio_direct_vs_raw"] = row["direct_Bps"] / row["raw_tcp_Bps"]
             row["ratio_transfer_vs_raw_paired"] = statistics.median(paired["transfer"])
             row["ratio_direct_vs_raw_paired"] = statistics.median(paired["direct"])
+            row["ratio_direct_tcp_vs_raw_paired"] = statistics.median(paired["direct_tcp"])
             results["sizes"].append(row)
-            print(f"{mib:>6g} MiB chunk: Dask {row['dask_transfer_Bps'] / 2**20:,.0f} MiB/s (worker transfer log), "
-                  f"{row['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s end to end (task submit to result); "
-                  f"Dask comm alone {row['dask_comm_Bps'] / 2**20:,.0f} MiB/s; direct path "
-                  f"{row['direct_Bps'] / 2**20:,.0f} MiB/s ({row['ratio_direct_vs_raw_paired']:.2f} of raw, per round); raw TCP "
-                  f"{row['raw_tcp_Bps'] / 2**20:,.0f} MiB/s; ratio {row['ratio_transfer_vs_raw']:.2f} / "
-                  f"{row['ratio_end_to_end_vs_raw']:.2f}", flush=True)
+            print(f"{mib:>6g} MiB chunk, MiB/s: Dask {row['dask_transfer_Bps'] / 2**20:,.0f} (worker transfer log), "
+                  f"{row['dask_end_to_end_Bps'] / 2**20:,.0f} end to end, comm alone {row['dask_comm_Bps'] / 2**20:,.0f}; "
+                  f"direct {row['direct_Bps'] / 2**20:,.0f}, over TCP {row['direct_tcp_Bps'] / 2**20:,.0f}; raw TCP "
+                  f"{row['raw_tcp_Bps'] / 2**20:,.0f}; direct ÷ raw TCP per round {row['ratio_direct_vs_raw_paired']:.2f}, "
+                  f"over TCP {row['ratio_direct_tcp_vs_raw_paired']:.2f}", flush=True)
     results["meta"]["load_end"] = _load()
     Path(f"{args.out}.json").write_text(json.dumps(results, indent=1))
     lines = ["# Chunk transfer through Dask vs raw loopback TCP", "",
              "Generated by `benchmarks/vs_peers.py transfer`. A SampleChunk of the given size is made on one "
-             "worker process and consumed by a task on another (one LocalCluster, two worker processes); "
-             "the raw figure sends the same number of bytes between two processes over a plain TCP socket "
-             "on 127.0.0.1, in the same invocation. \"Dask comm alone\" sends the same chunk over one Dask TCP comm "
+             "worker process and consumed by a task on another (one LocalCluster, two worker processes). "
+             "\"Dask comm alone\" sends the same chunk over one Dask TCP comm "
              "between two processes, request to reply, as a worker answers `get_data` but with no scheduler, "
              "worker or task around it: the part of the gap that is Dask's transport (framing, serialization, "
              "tornado) rather than its worker-to-worker gather protocol. \"Direct path\" is how tianji_dask moves chunks "
              "of at least `learner.direct_chunks_min_mib` (default 1 MiB): the task on the first worker sends the chunk "
-             "(a small pickled layout, then the arrays' own memory) over a plain TCP connection to a sink thread in "
+             "(a small pickled layout, then the arrays' own memory) over a socket to a sink thread in "
              "the second worker's process, timed from the send's start to the message received and decoded there. "
-             "Each round sends the chunk once through Dask, once by the direct path and once over raw TCP, back to "
-             "back; the \"per round\" columns are the medians of each round's own ratio (a noisy machine "
-             "changes speed between minutes). Medians of the rounds after one warm-up.", "",
+             "On Linux the sink also listens on an abstract Unix socket, which a sender on its host uses: "
+             "\"direct\" is that way, as a pipeline on one host sends; \"direct over TCP\" gives the sink only its "
+             "host and port, as a sender on another host knows it. Raw TCP and raw Unix send the same number of "
+             "bytes between two other processes, each message timed the same way as a direct send (from the "
+             "sender's clock as the send starts to the last byte received) and, like it, after a pause (the "
+             "rest of the round) rather than in a stream. Each round sends the chunk once through Dask, once each "
+             "way directly and once each way raw, back to back; the \"per round\" columns are the medians of each "
+             "round's own ratio to raw TCP (a noisy machine changes speed between minutes). Medians of the rounds "
+             "after one warm-up.", "",
              f"Command: `{results['meta']['command']}`. Machine: {results['meta']['machine']}, "
              f"{results['meta']['date']}, load average {results['meta']['load_start']} → {results['meta']['load_end']}.", "",
              "| chunk | Dask transfer (worker log) | Dask end to end (submit → result) | Dask comm alone | direct path "
-             "| raw TCP | ratio transfer ÷ raw | ratio end to end ÷ raw | ratio comm alone ÷ raw | ratio direct ÷ raw "
-             "| transfer ÷ raw, per round | direct ÷ raw, per round |",
+             "| direct over TCP | raw TCP | raw Unix | ratio comm alone ÷ raw TCP | transfer ÷ raw TCP, per round "
+             "| direct ÷ raw TCP, per round | direct over TCP ÷ raw TCP, per round |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def mibs(value):
+        return "–" if value is None else f"{value / 2**20:,.0f} MiB/s"
+
     for r in results["sizes"]:
-        lines.append(f"| {r['chunk_bytes'] / 2**20:.2f} MiB | {r['dask_transfer_Bps'] / 2**20:,.0f} MiB/s | "
-                     f"{r['dask_end_to_end_Bps'] / 2**20:,.0f} MiB/s | {r['dask_comm_Bps'] / 2**20:,.0f} MiB/s | "
-                     f"{r['direct_Bps'] / 2**20:,.0f} MiB/s | "
-                     f"{r['raw_tcp_Bps'] / 2**20:,.0f} MiB/s | {r['ratio_transfer_vs_raw']:.2f} | "
-                     f"{r['ratio_end_to_end_vs_raw']:.2f} | {r['ratio_comm_vs_raw']:.2f} | {r['ratio_direct_vs_raw']:.2f} | "
-                     f"{r['ratio_transfer_vs_raw_paired']:.2f} | {r['ratio_direct_vs_raw_paired']:.2f} |")
+        lines.append(f"| {r['chunk_bytes'] / 2**20:.2f} MiB | {mibs(r['dask_transfer_Bps'])} | "
+                     f"{mibs(r['dask_end_to_end_Bps'])} | {mibs(r['dask_comm_Bps'])} | {mibs(r['direct_Bps'])} | "
+                     f"{mibs(r['direct_tcp_Bps'])} | {mibs(r['raw_tcp_Bps'])} | {mibs(r['raw_unix_Bps'])} | "
+                     f"{r['ratio_comm_vs_raw']:.2f} | {r['ratio_transfer_vs_raw_paired']:.2f} | "
+                     f"{r['ratio_direct_vs_raw_paired']:.2f} | {r['ratio_direct_tcp_vs_raw_paired']:.2f} |")
     Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}.json and {args.out}.md")
     return 0

@@ -110,12 +110,14 @@ def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_sid
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.with_suffix(".json").read_text())["sizes"]
     assert row["chunk_bytes"] >= 0.2 * 2**20
-    for name in ("dask_transfer", "dask_end_to_end", "dask_comm", "direct", "raw_tcp"):
+    names = ["dask_transfer", "dask_end_to_end", "dask_comm", "direct", "direct_tcp", "raw_tcp"]
+    for name in names + (["raw_unix"] if sys.platform.startswith("linux") else []):
         assert len(row[f"{name}_Bps_all"]) == 2 and all(v > 0 for v in row[f"{name}_Bps_all"]), name
     assert row["ratio_comm_vs_raw"] == row["dask_comm_Bps"] / row["raw_tcp_Bps"]
     assert row["ratio_direct_vs_raw"] == row["direct_Bps"] / row["raw_tcp_Bps"]
-    assert 0 < row["ratio_direct_vs_raw_paired"] and 0 < row["ratio_transfer_vs_raw_paired"]
-    assert "| Dask comm alone | direct path |" in out.with_suffix(".md").read_text()
+    for name in ("direct", "direct_tcp", "transfer"):
+        assert 0 < row[f"ratio_{name}_vs_raw_paired"], name
+    assert "| direct path | direct over TCP | raw TCP | raw Unix |" in out.with_suffix(".md").read_text()
 
 
 def test_overhead_variants_parse_and_bad_ones_exit_2(capsys):
