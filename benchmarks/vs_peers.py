@@ -599,8 +599,8 @@ def cmd_transfer(args) -> int:
                 del y
                 # the same chunk from a task on a to a learner-style sink on b: the direct path, the
                 # way a pipeline sends it (the Unix socket, as a and b share a host) and TCP only (as
-                # from another host)
-                # (alternately first: the first send after the Dask transfer's bookkeeping is the slower)
+                # from another host), alternately first, as the first send after the Dask
+                # transfer's bookkeeping is the slower
                 round_rates, ways = {}, [("direct", sink_address), ("direct_tcp", tuple(sink_address[:2]))]
                 for way, address in ways[::-1] if i % 2 else ways:
                     key = client.submit(_send_direct, x, address, f"{way}-{mib}-{i}", workers=[a], pure=False).result()
