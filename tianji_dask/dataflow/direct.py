@@ -104,11 +104,15 @@ class ChunkSink:
         self._listeners = [socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)]
         local_name = None
         if local:  # same-host senders' way in: an abstract Unix socket (no file to clean up)
-            local_name = f"tianji-sink-{uuid.uuid4().hex}"
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            unix.bind("\0" + local_name)
-            unix.listen()
-            self._listeners.append(unix)
+            try:
+                name = f"tianji-sink-{uuid.uuid4().hex}"
+                unix.bind("\0" + name)
+                unix.listen()
+                self._listeners.append(unix)
+                local_name = name
+            except OSError:  # not allowed here: senders use TCP, as from another host
+                unix.close()
         #: what a sender needs: (host, port, abstract Unix socket name or None)
         self.address = (*self._listeners[0].getsockname()[:2], local_name)
         self._chunks: dict[str, object] = {}
