@@ -15,7 +15,12 @@ by seed, and reads from its results:
 - the explorer tasks' time as Dask's fine performance metrics split it: env stepping with
   inference vs. loading weights, waiting for the executor thread, deserializing, other;
 - dataflow overhead: dataflow seconds / busy seconds, summed over the learner and the explorer
-  tasks (time spent waiting is not busy; ``dataflow_overhead`` in results.json).
+  tasks (time spent waiting is not busy; ``dataflow_overhead`` in results.json);
+- CPU by process, as cores (CPU seconds / wall seconds; ``cpu`` in results.json): the learner
+  thread, the rest of the learner's process (event loop, comms), the explorer workers'
+  processes and the scheduler's. The wall-time overhead above counts only the roles' main
+  threads; "beside the main work" is the CPU it does not see: the learner's other threads, the
+  scheduler's process and the explorer processes' CPU beyond their tasks' env stepping.
 
 ``--set`` changes every run; each ``--variant`` adds a row per pipeline with its own settings on
 top, run right after the plain one for the same seed, so a setting's effect is measured side by
@@ -64,7 +69,19 @@ def row(pipeline: str, r: dict) -> dict:
         "overhead": o.get("fraction"), "learner_overhead": o.get("learner_fraction"),
         "explorer_overhead": o.get("explorer_fraction"), "explorer_task_seconds": o.get("explorer_task_seconds", {}),
         "env_steps_per_s": r["env_steps_per_s"], "updates_per_s": r["updates"] / wall,
+        "cpu": r.get("cpu"), "beside_main_work": beside_main_work(r.get("cpu")),
     }
+
+
+def beside_main_work(cpu: dict | None) -> float | None:
+    """The share of all processes' CPU spent beside the roles' main work: the learner's other
+    threads, the scheduler's process, and the explorer processes' CPU beyond the wall seconds
+    their tasks spent stepping envs (so a lower bound)."""
+    if not cpu or "explorer_env_step_cores" not in cpu or not cpu["cores_total"]:
+        return None
+    c = cpu["cores"]
+    beside = c["learner_process_other"] + c["scheduler_process"] + max(0.0, c["explorer_processes"] - cpu["explorer_env_step_cores"])
+    return beside / cpu["cores_total"]
 
 
 def table(rows: list[dict]) -> str:
@@ -85,6 +102,24 @@ def table(rows: list[dict]) -> str:
         cells = [pct(med(lambda r: r["learner_busy"])), pct(med(lambda r: r["overhead"])),
                  pct(med(lambda r: r["learner_overhead"])), pct(med(lambda r: r["explorer_overhead"]))]
         cells += [pct(med(lambda r, p=p: r["learner_split"].get(p, 0.0))) for p in parts]
+        out.append(f"| {pipeline} | " + " | ".join(cells) + " |")
+    out += ["", "CPU by process, as cores (CPU seconds / wall seconds), medians:", "",
+            "| pipeline | all processes | learner thread | learner's other threads | explorer processes "
+            "| of which env stepping | scheduler's process | beside the main work |", "|" + "---|" * 8]
+    for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
+        rs = [r for r in rows if r["pipeline"] == pipeline and r["cpu"]]
+        if not rs:
+            continue
+
+        def cores(get):
+            values = [v for v in (get(r["cpu"]) for r in rs) if v is not None]
+            return "-" if not values else f"{statistics.median(values):.2f}"
+
+        cells = [cores(lambda c: c["cores_total"])]
+        cells += [cores(lambda c, k=k: c["cores"][k]) for k in ("learner_thread", "learner_process_other", "explorer_processes")]
+        cells += [cores(lambda c: c.get("explorer_env_step_cores")), cores(lambda c: c["cores"]["scheduler_process"])]
+        beside = [r["beside_main_work"] for r in rs if r["beside_main_work"] is not None]
+        cells.append(f"{statistics.median(beside):.1%}" if beside else "-")
         out.append(f"| {pipeline} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -111,7 +146,8 @@ def main(argv=None) -> int:
             rows.append(r)
             print(f"{name:>14} seed {seed}: learner busy {r['learner_busy']:.1%}, dataflow overhead "
                   f"{r['overhead']:.1%} (learner {r['learner_overhead']:.1%}, explorer tasks {r['explorer_overhead']:.1%}); "
-                  f"explorer task seconds {r['explorer_task_seconds']}", flush=True)
+                  f"explorer task seconds {r['explorer_task_seconds']}; CPU cores {(r['cpu'] or {}).get('cores')}, "
+                  f"beside the main work {r['beside_main_work']}", flush=True)
     text = table(rows)
     print(f"\nmedians over seeds {args.seeds}, {args.seconds:g} s each, {os.cpu_count()} cores "
           f"(learner columns: fraction of its wall time):\n{text}")

@@ -124,6 +124,15 @@ def _check_time_split(results):
     assert 0 < overhead["fraction"] < 1 and 0 < overhead["learner_fraction"] < 1
     tasks = overhead["explorer_task_seconds"]
     assert tasks["env-step"] > 0 and tasks["env-step"] == max(tasks.values()), tasks
+    # CPU by process over the same wall time: a thread uses at most one core; every process some
+    cpu = results["cpu"]
+    seconds, wall = cpu["seconds"], cpu["wall_s"]
+    assert wall == pytest.approx(results["wall_s"], abs=1e-3)
+    assert 0 < seconds["learner_thread"] <= 1.02 * wall, cpu
+    assert min(seconds.values()) > 0, cpu
+    assert cpu["cores"] == {k: pytest.approx(v / wall, abs=1e-3) for k, v in seconds.items()}
+    assert cpu["cores_total"] == pytest.approx(sum(seconds.values()) / wall, abs=1e-3)
+    assert cpu["explorer_env_step_cores"] == pytest.approx(tasks["env-step"] / wall, abs=1e-3)
 
 
 @pytest.mark.slow

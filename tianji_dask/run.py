@@ -75,6 +75,7 @@ class Run:
         self._reducer = None  # group mode: the Reducer actor
         self._reducer_address: str | None = None
         self._task_metrics0: dict = {}
+        self._cpu0: dict | None = None  # _cpu_seconds once the learners are built
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
         self._env_seed_offset = 0
@@ -281,6 +282,7 @@ class Run:
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
             raise
+        self._cpu0 = _cpu_seconds(client)
         return self
 
     def _learner_workers(self) -> list[str]:
@@ -473,8 +475,10 @@ class Run:
         )
         results["learner_restarts"] = self._restarts
         if self._single is None:
+            cpu1 = _cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
             results["controller"] = self._controller_final()
             results["dataflow_overhead"] = self._dataflow_overhead(results)
+            results["cpu"] = self._cpu_budget(results, cpu1)
         self.results_path = write_results(self.out, results, episodes, chunks)
         shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
         self.results = results
@@ -552,6 +556,35 @@ class Run:
             "explorer_task_seconds": {k: round(v, 4) for k, v in sorted(explorer.items())},
         }
 
+    def _cpu_budget(self, results: dict, cpu1: dict | None) -> dict | None:
+        """Where the processes' CPU went over the run, as cores (CPU seconds / the learner's wall
+        seconds): the learner thread; the rest of the learner's process (its event loop, comms, the
+        chunk sink); the explorer workers' processes, and the part of them the explorer tasks
+        spent stepping envs; the scheduler's process (on a local cluster also the client and the
+        nannies). A wall-time overhead (``dataflow_overhead``) misses work done beside the roles'
+        main threads; this shows it."""
+        if cpu1 is None or self._cpu0 is None:
+            return None
+        per = [r["learner_cpu_s"] for r in results.get("group_results", [results]) if r.get("learner_cpu_s")]
+        wall = results.get("wall_s") or 0.0
+        if not per or wall <= 0:
+            return None
+        thread = sum(c["thread_s"] for c in per)
+        seconds = {
+            "learner_thread": thread,
+            "learner_process_other": sum(c["process_s"] for c in per) - thread,
+            # per worker process: one that joined during the run counts from its start
+            "explorer_processes": sum(t - self._cpu0["explorers"].get(a, 0.0) for a, t in cpu1["explorers"].items()),
+            "scheduler_process": cpu1["scheduler"] - self._cpu0["scheduler"],
+        }
+        stepping = ((results.get("dataflow_overhead") or {}).get("explorer_task_seconds") or {}).get("env-step")
+        out = {"wall_s": round(wall, 4), "seconds": {k: round(v, 4) for k, v in seconds.items()},
+               "cores": {k: round(v / wall, 4) for k, v in seconds.items()},
+               "cores_total": round(sum(seconds.values()) / wall, 4)}
+        if stepping is not None:
+            out["explorer_env_step_cores"] = round(stepping / wall, 4)  # wall seconds in tasks, an upper bound
+        return out
+
     def _controller_final(self, settle_s: float = 5.0) -> dict:
         # cancelled explorer tasks return their credits when the scheduler forgets them
         def in_flight(state):
@@ -580,6 +613,19 @@ class Run:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _cpu_seconds(client) -> dict | None:
+    """CPU seconds so far of the scheduler's process and of each explorer worker's process
+    (workers without the LEARNER resource; the learner measures its own)."""
+    try:
+        scheduler = client.run_on_scheduler(lambda: time.process_time())
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        explorers = [a for a, w in workers.items() if not w.get("resources", {}).get("LEARNER")]
+        per = client.run(lambda: time.process_time(), workers=explorers) if explorers else {}
+    except Exception:  # noqa: BLE001 - a cluster that cannot tell costs only this figure
+        return None
+    return {"scheduler": scheduler, "explorers": per}
 
 
 def _task_metrics(client) -> dict:

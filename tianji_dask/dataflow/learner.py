@@ -131,6 +131,9 @@ class Learner:
 
     # ---- background thread --------------------------------------------------------------
     def _main(self) -> None:
+        # CPU seconds of this thread and of the whole worker process (its event loop, comms, the
+        # chunk sink) over the run, next to the wall time: what the dataflow costs off this thread
+        self._cpu0 = (time.thread_time(), time.process_time())
         try:
             self._loop()
             self._write_checkpoint()
@@ -575,6 +578,7 @@ class Learner:
         ledger = self.ledger
         ledger.request_stop("stopped")
         ledger.t_end = time.time()
+        cpu = {"thread_s": time.thread_time() - self._cpu0[0], "process_s": time.process_time() - self._cpu0[1]}
         self._update_status(ledger.t_end)
         episodes, chunks = ledger.arrays()
         ledger.discard_spill()  # the rows go to the client with the results
@@ -582,6 +586,7 @@ class Learner:
             "error": error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self._ckpt.last_path is None else str(self._ckpt.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
+            "learner_cpu_s": {k: round(v, 4) for k, v in cpu.items()},
             "direct_chunks": None if self._sink is None else {**self._sink.stats(), "min_bytes": self._direct[-1]},
             **({"group": self.group, "fusions": self._fusions} if self._reducer is not None else {}),
         })
