@@ -562,7 +562,8 @@ class Run:
         chunk sink); the explorer workers' processes, and the part of them the explorer tasks
         spent stepping envs; the scheduler's process (on a local cluster also the client and the
         nannies). A wall-time overhead (``dataflow_overhead``) misses work done beside the roles'
-        main threads; this shows it."""
+        main threads; this shows it. A learner rebuilt after its worker was lost counts from its
+        rebuild."""
         if cpu1 is None or self._cpu0 is None:
             return None
         per = [r["learner_cpu_s"] for r in results.get("group_results", [results]) if r.get("learner_cpu_s")]
