@@ -701,8 +701,8 @@ r = tianji_dask.train(sys.argv[1], overrides={"explorers": int(sys.argv[2]), "se
                       "stop.target_return": None, "stop.max_seconds": float(sys.argv[4]),
                       "stop.max_env_steps": None, **json.loads(sys.argv[6])}, out=sys.argv[5])
 done.set()
-# the run's second half: start-up (cluster, first weights) and shutdown left out
-end = time.time() - 1.0
+# the run's second half, by its own clock: start-up (cluster, first weights) and shutdown left out
+end = r["t_run_start"] + r["wall_s"]
 steady = [c for t, c in samples if end - r["wall_s"] / 2 <= t <= end]
 out = {k: r.get(k) for k in ("env_steps", "wall_s", "env_steps_per_s", "samples_per_s_consumed",
                              "learner_busy_fraction", "explorer_busy_fraction", "updates", "error")}

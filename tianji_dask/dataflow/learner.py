@@ -69,6 +69,7 @@ class Learner:
         self._served: dict[int, int] = {}  # explorer stream -> serial number of its last submitted chunk
         self._submissions = itertools.count(1)
         self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
+        self._cpu0 = (0.0, 0.0)  # this thread's and this process's CPU seconds as the loop starts
         self._ctl: dict = {}
         self._error: str | None = None  # why the run ended early, for the results
         self._homes: list[str] = []
@@ -133,7 +134,7 @@ class Learner:
     def _main(self) -> None:
         # CPU seconds of this thread and of the whole worker process (its event loop, comms, the
         # chunk sink) over the run, next to the wall time: what the dataflow costs off this thread
-        self._cpu0 = (time.thread_time(), time.process_time())
+        self._cpu0 = time.thread_time(), time.process_time()
         try:
             self._loop()
             self._write_checkpoint()
