@@ -64,6 +64,8 @@ def test_pong_pipeline_runs_end_to_end(tianji_client, tmp_path, pipeline, algo_o
     assert results["updates"] >= 1
     assert results["env_steps"] >= 320
     assert results["direct_chunks"]["chunks"] >= results["chunks"] and not results["direct_chunks"]["errors"]
+    # a CNN's weights are too large to go inside every task: they are scattered once per version
+    assert results["weights_published"]["scattered"] >= 1 and results["weights_published"]["inline"] == 0
     # what crossed the network: uint8 frame stacks, once per step
     chunks = np.loadtxt(run.out / "chunks.csv", delimiter=",", skiprows=1, ndmin=2)
     per_step = chunks[:, CHUNK_FIELDS.index("nbytes")] / chunks[:, CHUNK_FIELDS.index("env_steps")]

@@ -161,6 +161,7 @@ class Run:
             "drop_on_refresh": p.learner.drop_on_refresh, "threads": p.learner.threads,
             "device": p.learner.device,
             "direct_min_bytes": None if p.learner.direct_chunks_min_mib is None else int(p.learner.direct_chunks_min_mib * 2**20),
+            "inline_weights_max_bytes": None if p.learner.inline_weights_max_kib is None else int(p.learner.inline_weights_max_kib * 2**10),
             "explorer_workers": explorer_workers, "t_process_start": self.t_process_start, "stop": p.stop,
             "make_algo": make_algo,
             # written by the learner, so on the learner's machine for a remote cluster
