@@ -40,8 +40,9 @@ def _check_staleness(run, results, chunks):
     p = run.pipeline
     staleness = chunks[:, COL["staleness_versions"]]
     assert (staleness >= 0).all()
-    # on-policy: a chunk's policy is at most publish_every - 1 versions older than the learner at
-    # submission; off-policy explorers may also start on the previous version while a scatter runs
+    # a chunk's policy is at most publish_every - 1 versions older than the learner at submission
+    # (with scattered weights, off-policy explorers may start on the previous version while a
+    # scatter runs; CartPole's go inline)
     publish_lag = chunks[:, COL["submit_version"]] - chunks[:, COL["policy_version"]]
     assert (publish_lag >= 0).all()
     # CartPole's weights are small enough to go inside the tasks: nothing scattered, no scatter

@@ -103,8 +103,8 @@ class LearnerConfig(_Strict):
     threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
     inline_weights_max_kib: float | None = Field(
         64.0, ge=0, description="policy weights of at most this many KiB travel inside each explorer task instead of "
-        "as a published key the explorers fetch from the learner (fewer messages per version; no wait for on-policy "
-        "work); null: always published")
+        "as a scattered key the explorers fetch from the learner (fewer messages per version; no wait for on-policy "
+        "work); null: always scattered")
     direct_chunks_min_mib: float | None = Field(
         1.0, ge=0, description="chunks of at least this many MiB go from explorer to learner over a direct socket "
         "(a Unix socket on the learner's host, TCP elsewhere) instead of Dask's gather (plain-TCP clusters "

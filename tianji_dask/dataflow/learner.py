@@ -68,7 +68,7 @@ class Learner:
         self._in_flight: dict[str, tuple] = {}  # key -> (future, explorer_id, submit_version, home worker)
         self._served: dict[int, int] = {}  # explorer stream -> serial number of its last submitted chunk
         self._submissions = itertools.count(1)
-        self._published_at: deque = deque(maxlen=64)  # (version, time its scatter was seen done)
+        self._published_at: deque = deque(maxlen=64)  # (version, time explorer tasks could first get it)
         self._cpu0 = (0.0, 0.0)  # this thread's and this process's CPU seconds as the loop starts
         self._published = {"inline": 0, "scattered": 0}  # weights versions published, by way
         self._ctl: dict = {}
@@ -153,7 +153,7 @@ class Learner:
 
         Small weights (at most ``inline_weights_max_bytes``) go inside each task: no scatter,
         no fetch by the explorers from this worker, nothing to wait for. For CartPole's PPO that
-        took the learner from 84% to 91% busy (it waited for every scatter) and the CPU of this
+        took the learner from 84% to 93% busy (it waited for every scatter) and the CPU of this
         process's other threads from 0.20 to 0.12 cores (docs/benchmarks.md).
 
         Larger ones are scattered under a versioned key, without waiting by default. The scatter
