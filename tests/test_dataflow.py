@@ -40,13 +40,11 @@ def _check_staleness(run, results, chunks):
     p = run.pipeline
     staleness = chunks[:, COL["staleness_versions"]]
     assert (staleness >= 0).all()
-    # a chunk's policy is at most publish_every - 1 versions older than the learner at submission
-    # (with scattered weights, off-policy explorers may start on the previous version while a
-    # scatter runs; CartPole's go inline)
+    # a chunk's policy is at most publish_every - 1 versions older than the learner at submission.
+    # CartPole's weights are small enough to go inside the tasks: nothing is scattered, so
+    # off-policy explorers never start on an older version while a scatter runs
     publish_lag = chunks[:, COL["submit_version"]] - chunks[:, COL["policy_version"]]
     assert (publish_lag >= 0).all()
-    # CartPole's weights are small enough to go inside the tasks: nothing scattered, no scatter
-    # to wait for, so off-policy explorers too get the version published at submission
     assert results["weights_published"]["inline"] >= 1 and results["weights_published"]["scattered"] == 0
     assert (publish_lag <= p.learner.publish_every - 1).all()
     # the rest of the staleness is what the learner did while the chunk was in flight; with W
