@@ -57,6 +57,9 @@ class Learner:
         self._tag = f"{self.run_id}-g{self.group}" if spec.get("reducer") else self.run_id  # in task and data keys
         self.algo = spec["make_algo"]()
         self.algo.to_device(learner_device(spec.get("device", "cpu")))
+        # small weights travel inside each explorer task (see _publish); their size never changes
+        limit = spec.get("inline_weights_max_bytes")
+        self._inline_weights = limit is not None and sum(w.nbytes for w in self.algo.get_weights().values()) <= limit
         self.version = 0
         self._stop = threading.Event()
         self._weights: deque = deque(maxlen=2)  # (version, future): the last two published
@@ -169,8 +172,7 @@ class Learner:
                                           f"the run stops, the last good checkpoint is kept")
         self._published_version = self.version
         self._must_publish = False
-        inline = self.spec.get("inline_weights_max_bytes")
-        if inline is not None and sum(w.nbytes for w in weights.values()) <= inline:
+        if self._inline_weights:
             self._published["inline"] += 1
             self._weights.append((self.version, weights))
             self._published_at.append((self.version, time.time()))
@@ -273,11 +275,14 @@ class Learner:
             if self._cycle is None and (
                 n_want or (reports and now - last_report >= REPORT_EVERY_S) or now - last_report >= LEARNER_STATUS_EVERY_S
             ):
-                if n_want and (self.version - self._published_version >= spec["publish_every"] or self._must_publish or (
-                    lockstep and self._published_version != self.version
-                )):
-                    # on-policy data and lockstep rounds need the new version itself; off-policy
-                    # explorers may start on the previous one while the scatter completes
+                if n_want and not self._inline_weights and (
+                    self.version - self._published_version >= spec["publish_every"] or self._must_publish
+                    or (lockstep and self._published_version != self.version)
+                ):
+                    # scattered weights start on their way while the controller answers. On-policy
+                    # data and lockstep rounds need the new version itself; off-policy explorers
+                    # may start on the previous one while the scatter completes. (Inline weights
+                    # are taken at the answer, just before the submission: nothing to start early.)
                     with ledger.timed("publish"):
                         self._publish(wait=lockstep or algo.on_policy)
                 want = []
@@ -349,7 +354,9 @@ class Learner:
         if reply["granted"] and (lockstep or self.algo.on_policy) and self._published_version != self.version:
             with self.ledger.timed("publish"):  # it trained meanwhile: on-policy work needs this version
                 self._publish(wait=True)
-        elif reply["granted"] and self._published["inline"] and self.version - self._published_version >= spec["publish_every"]:
+        elif reply["granted"] and self._inline_weights and (
+            self._must_publish or self.version - self._published_version >= spec["publish_every"]
+        ):
             with self.ledger.timed("publish"):  # inline weights cost only a copy: off-policy work gets them fresh too
                 self._publish()
         wref_version, wref = self._newest_weights()
