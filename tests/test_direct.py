@@ -145,6 +145,26 @@ def test_a_send_returns_only_once_the_sink_holds_the_chunk():
         sink.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the abstract Unix socket is Linux's")
+def test_a_unix_connection_takes_a_megabyte_chunk_in_one_write():
+    # its send buffer is raised from the kernel's ~208 KiB (five writes, five hand-overs of both
+    # processes' GIL for a 1 MiB chunk) to UNIX_SEND_BUFFER, or as much as the kernel allows
+    from pathlib import Path
+
+    from tianji_dask.dataflow import direct
+
+    sink = ChunkSink("127.0.0.1")
+    conn = direct._connect(sink.address)
+    try:
+        assert conn.family == socket.AF_UNIX
+        cap = Path("/proc/sys/net/core/wmem_max")
+        want = min(direct.UNIX_SEND_BUFFER, int(cap.read_text())) if cap.exists() else direct.UNIX_SEND_BUFFER
+        assert conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= want  # the kernel doubles what it is given
+    finally:
+        conn.close()
+        sink.close()
+
+
 def test_a_sender_that_cannot_reach_the_unix_socket_falls_back_to_tcp():
     # as on another host: the abstract name does not exist there, so the connection goes over TCP
     sink = ChunkSink("127.0.0.1")
