@@ -1,11 +1,19 @@
-"""What the benchmark scripts share: writing a run's JSON and its markdown table side by side."""
+"""What the benchmark scripts share: writing a run's JSON and its markdown table side by side,
+and the median of what was measured (runs that did not measure a figure left out)."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
+
+
+def median_of(values):
+    """The median of the values that are not None; None when there are none."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def write_report(out: str, script: str, argv, args, rows: list[dict], title: str, about: str, text: str) -> None:

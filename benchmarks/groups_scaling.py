@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_report  # noqa: E402 - sibling scripts
+from _report import median_of, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import run_once  # noqa: E402
 
 
@@ -37,11 +37,6 @@ def summarize(r: dict) -> dict:
     }
 
 
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def table(rows: list[dict], groups: list[int]) -> str:
     out = ["| pipeline | G | solved | median time to solve (s) | ÷ G=1 | env steps/s | ÷ G=1 | updates/s | fusion rounds | learner busy |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -50,17 +45,17 @@ def table(rows: list[dict], groups: list[int]) -> str:
         for g in groups:
             rs = [r for r in rows if r["pipeline"] == pipeline and r["groups"] == g]
             solved = [r for r in rs if r["solved"]]
-            tts = _median(r["time_to_solve_s"] for r in rs) if len(solved) == len(rs) else None
-            sps = _median(r["env_steps_per_s"] for r in rs)
+            tts = median_of(r["time_to_solve_s"] for r in rs) if len(solved) == len(rs) else None
+            sps = median_of(r["env_steps_per_s"] for r in rs)
             if g == groups[0]:
                 base = (tts, sps)
             ratio_t = f"{tts / base[0]:.2f}" if tts and base[0] else "-"
             ratio_s = f"{sps / base[1]:.2f}" if sps and base[1] else "-"
-            busy = _median(statistics.mean(r["learner_busy"]) for r in rs)
+            busy = median_of(statistics.mean(r["learner_busy"]) for r in rs)
             out.append(
                 f"| {pipeline} | {g} | {len(solved)}/{len(rs)} | {'-' if tts is None else f'{tts:.1f}'} | {ratio_t} | "
-                f"{sps:,.0f} | {ratio_s} | {_median(r['updates_per_s'] for r in rs):.1f} | "
-                f"{_median(r['fusion_rounds'] for r in rs):.0f} | {busy:.0%} |")
+                f"{sps:,.0f} | {ratio_s} | {median_of(r['updates_per_s'] for r in rs):.1f} | "
+                f"{median_of(r['fusion_rounds'] for r in rs):.0f} | {busy:.0%} |")
     return "\n".join(out)
 
 

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_report  # noqa: E402 - sibling scripts
+from _report import median_of, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import parse_sets, pipeline_copy, run_once  # noqa: E402
 
 
@@ -93,8 +92,7 @@ def table(rows: list[dict]) -> str:
         rs = [r for r in rows if r["pipeline"] == pipeline]
 
         def med(get):
-            values = [v for v in (get(r) for r in rs) if v is not None]
-            return statistics.median(values) if values else None
+            return median_of(get(r) for r in rs)
 
         def pct(v):
             return "-" if v is None else f"{v:.1%}"
@@ -112,14 +110,14 @@ def table(rows: list[dict]) -> str:
             continue
 
         def cores(get):
-            values = [v for v in (get(r["cpu"]) for r in rs) if v is not None]
-            return "-" if not values else f"{statistics.median(values):.2f}"
+            value = median_of(get(r["cpu"]) for r in rs)
+            return "-" if value is None else f"{value:.2f}"
 
         cells = [cores(lambda c: c["cores_total"])]
         cells += [cores(lambda c, k=k: c["cores"][k]) for k in ("learner_thread", "learner_process_other", "explorer_processes")]
         cells += [cores(lambda c: c.get("explorer_env_step_cores")), cores(lambda c: c["cores"]["scheduler_process"])]
-        beside = [r["beside_main_work"] for r in rs if r["beside_main_work"] is not None]
-        cells.append(f"{statistics.median(beside):.1%}" if beside else "-")
+        beside = median_of(r["beside_main_work"] for r in rs)
+        cells.append("-" if beside is None else f"{beside:.1%}")
         out.append(f"| {pipeline} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -711,16 +711,12 @@ print(json.dumps(out))
 """
 
 
-def _median_of(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _pct(value) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
 def cmd_scaling(args) -> int:
+    from _report import median_of
     from time_to_solve import parse_sets
 
     overrides = parse_sets(args.set)
@@ -770,7 +766,7 @@ def cmd_scaling(args) -> int:
         lines.append(f"| {n} | {by_n[n]:,.0f} | {by_n[n] / base:.2f}× | {paired[n]:.2f}× | "
                      f"{statistics.median(r['learner_busy_fraction'] for r in rs):.0%} | "
                      f"{statistics.median(r['explorer_busy_fraction'] for r in rs):.0%} | "
-                     f"{_pct(_median_of(r.get('machine_cpu_busy') for r in rs))} |")
+                     f"{_pct(median_of(r.get('machine_cpu_busy') for r in rs))} |")
     Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}.json and {args.out}.md")
     return 0
