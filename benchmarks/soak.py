@@ -1,7 +1,7 @@
 """Soak: one long run, the resident memory (RSS) of every role over time, and its slope.
 
     python benchmarks/soak.py [--pipeline cartpole_dqn] [--minutes 10] [--warmup-minutes 2]
-                              [--every 5] [--out docs/soak]
+                              [--every 5] [--out benchmarks/results/soak]
 
 The run never solves (no target), so it trains for the whole time. Every few seconds the RSS of
 the scheduler's process (here also the client's), the learner's worker process and each explorer
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--warmup-minutes", type=float, default=2)
     parser.add_argument("--every", type=float, default=5, help="seconds between samples")
-    parser.add_argument("--out", default="docs/soak")
+    parser.add_argument("--out", default="benchmarks/results/soak")
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="N",
                         help="trace Python allocations in every process from the end of warm-up, and report the N "
                              "call sites whose live memory grew most between a baseline taken a third of the way "
@@ -54,17 +54,13 @@ def main(argv=None) -> int:
     import dask
 
     if not args.dask_defaults:
-        # Dask keeps bounded histories in every process: the system monitor's samples (7200 x
-        # 0.5 s = 1 hour) and each worker's profile and low-level logs (1000 entries, a profile
-        # a second). Shortened so they are full before warm-up ends and the slope is what is
-        # left; the workers' nannies pass this configuration on to them.
+        # Dask's bounded histories (up to an hour to fill) shortened to be full before warm-up; nannies pass it on
         dask.config.set({"distributed.admin.system-monitor.log-length": 240,
                          "distributed.admin.low-level-log-length": 120})
-        # ... and so are the controller's (it runs in this process, beside the scheduler): the
-        # learner's figures (3000 at 2 a second = 25 minutes), per-chunk history and window log
-        from tianji_dask.dataflow import controller
+        # ... and so are the controller's, which runs in this process beside the scheduler
+        from tianji_dask.dataflow import books
 
-        controller.SERIES_LEN = controller.HISTORY_LEN = controller.WINDOW_LOG_LEN = SHORT_HISTORY
+        books.SERIES_LEN = books.HISTORY_LEN = books.WINDOW_LOG_LEN = SHORT_HISTORY
     cluster = local_cluster(2, dashboard_address=None)
     client = Client(cluster)
     workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -86,9 +82,7 @@ def main(argv=None) -> int:
         run.start()
         t0 = time.time()
         tracing = marked = False
-        # the baseline is taken a while after tracing starts: allocations made before tracing are
-        # invisible to it, so a bounded buffer that is already full would otherwise read as growth
-        # while its old entries are replaced by traced ones
+        # baseline later than tracing's start: a full buffer's untraced entries replaced by traced ones read as growth
         mark_at = args.warmup_minutes * 60 + (args.minutes - args.warmup_minutes) * 60 / 3
         while True:
             if args.tracemalloc and not tracing and time.time() - t0 >= args.warmup_minutes * 60:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tianji_dask import checkpoint
+from tianji_dask.core import guard
 from tianji_dask.cli import main
 from tianji_dask.run import Run
 
@@ -46,9 +47,9 @@ def test_damaged_or_missing_checkpoints_are_one_line(tmp_path):
 
 
 def test_non_finite_metrics_stop_the_run():
-    with pytest.raises(checkpoint.NumericFault, match="numeric: non-finite loss at version 4"):
-        checkpoint.check_finite({"loss": float("nan"), "samples": 32.0}, 4)
-    assert not checkpoint.all_finite({"w": np.array([1.0, np.inf])})
+    with pytest.raises(guard.NumericFault, match="numeric: non-finite loss at version 4"):
+        guard.check_metrics({"loss": float("nan"), "samples": 32.0}, 4)
+    assert not guard.all_finite({"w": np.array([1.0, np.inf])})
 
 
 @pytest.mark.parametrize("mode", ["single", "relaxed"])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tianji_dask.dataflow.chunk import validate_chunk
+from tianji_dask.chunk import validate_chunk
 from tianji_dask.rollout import Rollout
 
 
@@ -86,7 +86,7 @@ def test_chunk_travels_through_dask_serialization_intact(scale):
     from distributed.protocol import dumps, loads
     from distributed.protocol.serialize import to_serialize
 
-    from tianji_dask.dataflow.chunk import PACK_LIMIT, SampleChunk, make_chunk, validate_chunk
+    from tianji_dask.chunk import PACK_LIMIT, SampleChunk, make_chunk, validate_chunk
 
     t, n = 16, 4
     rng = np.random.default_rng(scale)

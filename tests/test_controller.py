@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from tianji_dask.config import PipelineError, load_pipeline
-from tianji_dask.dataflow.controller import StalenessController, WindowLaw, replay_gate
+from tianji_dask.dataflow.controller import StalenessController
+from tianji_dask.dataflow.law import WindowLaw, replay_gate
+from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.run import Run
 
 from conftest import settle
@@ -74,20 +76,29 @@ def test_auto_replay_ratio_is_half_to_double_the_algorithms_own():
     assert Run("cartpole_ppo").law()["replay_ratio"] is None  # PPO does not replay
 
 
+def consumed(*rows) -> dict:
+    """Consumption records (key, explorer_id, env_steps, nbytes, staleness, age_s, dropped) as the wire carries them."""
+    return consumptions_to_wire([Consumption(*row) for row in rows])
+
+
 def test_handlers_grant_refuse_and_count():
     ctl = StalenessController()
     params = ctl.begin("r1", {"window": 2, "replay_ratio": [16, 32]}, chunk_env_steps=256)
-    assert params["window"] == 2 and params["rho_min"] == 16 and params["rho_max"] == 32
+    assert params["window"] == 2 and params["rho_max"] == 32 and "rho_min" not in params  # the floor is the controller's
     keys = [f"tianji-explore-r1-{i}" for i in range(4)]
     warm = {"env_steps": 0, "samples_trained": 0, "warm": False}
     assert ctl.cycle(want=keys, progress=warm)["granted"] == keys[:2]  # the window
     # a consumed report returns the credit; the ratio is too low to admit more
     low = {"env_steps": 1000, "samples_trained": 100, "warm": True}
-    reply = ctl.cycle(consumed=[[keys[0], 0, 256, 10, 3, 0.1, False]], want=keys[2:], progress=low, learner_version=3)
+    reply = ctl.cycle(consumed=consumed((keys[0], 0, 256, 10, 3, 0.1, False)), want=keys[2:], progress=low,
+                      learner_version=3)
     assert reply["granted"] == [] and ctl.refused_replay_ratio == 1 and ctl.chunks_in_flight == 1
+    # the answer names the samples at which one more chunk would be admitted: 16 x (1000 + 1 x 256)
+    assert reply["ask_again_at_samples"] == 16 * (1000 + 256)
     ok = {"env_steps": 1000, "samples_trained": 16 * 2000, "warm": True}
-    assert ctl.cycle(want=keys[2:], progress=ok)["granted"] == keys[2:3]
-    ctl.cycle(consumed=[[keys[1], 1, 256, 10, 0, 0.1, True]], progress=ok)
+    reply = ctl.cycle(want=keys[2:], progress=ok)
+    assert reply["granted"] == keys[2:3] and reply["ask_again_at_samples"] is None  # 32,000 >= 16 x (1000 + 2 x 256)
+    ctl.cycle(consumed=consumed((keys[1], 1, 256, 10, 0, 0.1, True)), progress=ok)
     state = ctl.state(history=True)
     assert state["chunks_consumed"] == 2 and state["chunks_dropped"] == 1
     assert state["staleness_hist"] == {"0": 1, "3": 1} and len(state["history"]) == 2
@@ -178,7 +189,7 @@ def test_configure_moves_the_target_and_switches_filters():
     ctl.begin("r", {"window": 4, "staleness_target": 2, "window_min": 1, "window_max": 8, "max_staleness": 5})
     state = ctl.configure(staleness_target=6, max_staleness=None, window_max=12)
     assert state["staleness_target"] == 6 and state["max_staleness"] is None and state["window_max"] == 12
-    assert ctl.params()["params_version"] == 1
+    assert ctl.params().params_version == 1
     state = ctl.configure(staleness_target=None)
     assert state["staleness_target"] is None and state["window"] == 4
 

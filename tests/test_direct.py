@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tianji_dask import Run
-from tianji_dask.dataflow.chunk import make_chunk
+from tianji_dask.chunk import make_chunk
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, decode, encode, send_chunk, sink_host
 
 

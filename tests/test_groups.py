@@ -9,9 +9,11 @@ import pytest
 from tianji_dask.algos import make_algorithm
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller import StalenessController
+from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.dataflow.reducer import Reducer, average
 from tianji_dask.envs import env_spaces
 from tianji_dask.run import Run
+from tianji_dask.run.checks import check_pipeline
 
 
 def _model(value: float) -> dict:
@@ -78,7 +80,7 @@ def test_controller_keeps_books_per_group():
     keys1 = [f"tianji-explore-r-g1-{i}" for i in range(4)]
     assert ctl.cycle(group=0, want=keys0, progress=warm)["granted"] == keys0[:2]
     assert ctl.cycle(group=1, want=keys1, progress=warm)["granted"] == keys1[:3]
-    ctl.cycle(group=1, consumed=[[keys1[0], 2, 256, 10, 1, 0.1, False]], learner_version=4)
+    ctl.cycle(group=1, consumed=consumptions_to_wire([Consumption(keys1[0], 2, 256, 10, 1, 0.1, False)]), learner_version=4)
     ctl.transition(keys0[1], "processing", "erred")  # a credit goes back to the group that holds it
     state = ctl.state()
     g0, g1 = state["groups"]
@@ -101,8 +103,10 @@ def test_group_pipeline_fields_are_checked():
         load_pipeline("cartpole_dqn", overrides={"groups": 0})
     with pytest.raises(PipelineError, match="^reduce.every: Input should be greater than or equal to 1"):
         load_pipeline("cartpole_dqn", overrides={"groups": 2, "reduce.every": 0})
-    assert Run("cartpole_dqn", overrides={"groups": 2})._reduce == {"every": 16, "barrier": False}
-    assert Run("cartpole_ppo", overrides={"groups": 2})._reduce == {"every": 1, "barrier": True}
+    dqn, ppo = (check_pipeline(load_pipeline(name, overrides={"groups": 2}), has_client=False)
+                for name in ("cartpole_dqn", "cartpole_ppo"))
+    assert (dqn.reduce_every, dqn.reduce_barrier) == (16, False)  # off-policy: fuse every 16 updates, no barrier
+    assert (ppo.reduce_every, ppo.reduce_barrier) == (1, True)
 
 
 # ---- on a real cluster: one LEARNER worker per group ------------------------------------------

@@ -15,7 +15,7 @@ from tianji_dask import Run, checkpoint  # noqa: E402
 from tianji_dask.algos import make_algorithm  # noqa: E402
 from tianji_dask.algos.replay import nstep_transitions  # noqa: E402
 from tianji_dask.config import PipelineError, load_pipeline  # noqa: E402
-from tianji_dask.dataflow.chunk import validate_chunk  # noqa: E402
+from tianji_dask.chunk import validate_chunk  # noqa: E402
 from tianji_dask.envs import check_env_id, env_spaces, make_vec_env  # noqa: E402
 from tianji_dask.rollout import Rollout  # noqa: E402
 

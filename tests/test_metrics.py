@@ -32,9 +32,10 @@ def test_ledger_time_split_counts_nested_parts_once():
     import time
 
     from tianji_dask.config import StopConfig
-    from tianji_dask.dataflow.ledger import Ledger
+    from tianji_dask.core.stop import StopRules
+    from tianji_dask.core.ledger import Ledger
 
-    ledger = Ledger(StopConfig(max_seconds=1), t_run_start=time.time(), t_process_start=time.time())
+    ledger = Ledger(StopRules.of(StopConfig(max_seconds=1)), t_run_start=time.time(), t_process_start=time.time())
     t0 = time.perf_counter()
     with ledger.timed("wait"):
         time.sleep(0.02)
@@ -56,14 +57,15 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_p
     import time
 
     from tianji_dask.config import StopConfig
-    from tianji_dask.dataflow.ledger import Ledger
+    from tianji_dask.core.stop import StopRules
+    from tianji_dask.core.ledger import Ledger
     from tianji_dask.metrics import CHUNK_FIELDS
 
     t0 = time.time()
     spill = where == "spill"
     rows_dir = {"memory": None, "spill": tmp_path / "rows", "unwritable": tmp_path / "a-file" / "rows"}[where]
     (tmp_path / "a-file").write_text("")  # no folder can be made under it: the rows stay in memory
-    ledger = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=t0, t_process_start=t0, rows_dir=rows_dir)
+    ledger = Ledger(StopRules.of(StopConfig(max_seconds=1, target_return=None)), t_run_start=t0, t_process_start=t0, rows_dir=rows_dir)
     rng = np.random.default_rng(0)
     n = 20000 if rows_dir else 3000  # past the first buffer, so it grows (or spills, twice over)
     for i in range(n):
@@ -87,7 +89,7 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_p
     else:
         assert ledger.chunk_rows.in_memory_bytes() < 2 * n * len(CHUNK_FIELDS) * 8 + 1
     # a checkpoint's books load back into the same rows, on a clock that goes on
-    again = Ledger(StopConfig(max_seconds=1, target_return=None), t_run_start=0.0, t_process_start=0.0,
+    again = Ledger(StopRules.of(StopConfig(max_seconds=1, target_return=None)), t_run_start=0.0, t_process_start=0.0,
                    rows_dir=tmp_path / "again" if spill else None)
     again.load_state_dict(ledger.state_dict(now=t0 + n + 5), now=t0 + 100 + n + 5)
     e2, c2 = again.arrays()

@@ -1,12 +1,37 @@
 """tianji_dask: distributed deep-RL training as a Dask dataflow (TianJi's relaxed assignment
-dependencies, with an explicit staleness controller)."""
+dependencies, with an explicit staleness controller).
 
-from tianji_dask.config import Pipeline, PipelineError, load_pipeline
-from tianji_dask.observe.dashboard import install as _install_dashboard
-from tianji_dask.run import Run, train
+Importing the package is cheap: ``Run``, ``train`` and the pipeline helpers load on first use,
+and the dashboard pages are installed when a run starts its own cluster (or by
+``install_dashboard()``, before you build a cluster of your own).
+"""
 
-# the /tianji dashboard pages, for every scheduler this process starts from now on
-_install_dashboard()
+from __future__ import annotations
 
-__all__ = ["Pipeline", "PipelineError", "Run", "load_pipeline", "train"]
 __version__ = "0.1.0"
+__all__ = ["Pipeline", "PipelineError", "Run", "install_dashboard", "load_pipeline", "train"]
+
+_LAZY = {"Pipeline": "tianji_dask.config", "PipelineError": "tianji_dask.config", "load_pipeline": "tianji_dask.config",
+         "Run": "tianji_dask.run", "train": "tianji_dask.run"}
+
+
+def install_dashboard() -> None:
+    """Add the ``/tianji`` dashboard pages to every scheduler this process builds from now on
+    (they are then listed in JupyterLab's Dask pane too)."""
+    from tianji_dask.observe.dashboard import install
+
+    install()
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tianji_dask' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

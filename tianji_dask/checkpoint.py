@@ -6,12 +6,11 @@ version, the ledger (episodes, chunk log, counters), the global RNG states, the 
 time, and the controller's settings. Numpy arrays travel as tensors (``weights_only`` loads only
 tensors and plain containers), marked so they come back as numpy.
 
-Dask-free: the learner actor and the single-process mode share it.
+Dask-free: the learner core writes and restores them, in single mode and in the learner actor alike.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import re
@@ -21,12 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tianji_dask.config import PipelineError
+
 FORMAT = 1
 NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
 _ND = "__ndarray__"
-
-
-from tianji_dask.config import PipelineError
 
 
 class CheckpointError(PipelineError):
@@ -98,16 +96,11 @@ def load(path: str | os.PathLike) -> dict:
     return _unpack(state)
 
 
-def all_finite(weights: dict) -> bool:
-    """True when every array of a weights dict is finite (nothing else may be published)."""
-    return all(np.isfinite(np.asarray(w)).all() for w in weights.values())
-
-
 class Checkpointer:
-    """When and what to write, for a learner (actor or single process) that owns ``algo`` and
-    ``ledger``. ``settings``: dir, every_seconds, every_versions, keep, replay; None: never."""
+    """When and what to write, for a learner core that owns ``algo`` and ``ledger``.
+    ``settings``: a ``CheckpointSettings``; None: never."""
 
-    def __init__(self, settings: dict | None):
+    def __init__(self, settings=None):
         self.settings = settings
         self.last_t = time.time()
         self.last_version = 0
@@ -117,18 +110,18 @@ class Checkpointer:
         s = self.settings
         if not s:
             return False
-        return bool((s["every_versions"] and version - self.last_version >= s["every_versions"])
-                    or (s["every_seconds"] and time.time() - self.last_t >= s["every_seconds"]))
+        return bool((s.every_versions and version - self.last_version >= s.every_versions)
+                    or (s.every_seconds and time.time() - self.last_t >= s.every_seconds))
 
     def write(self, algo, version: int, ledger, extra: dict | None = None) -> Path | None:
         s = self.settings
         if not s:
             return None
         if hasattr(algo, "include_replay"):
-            algo.include_replay = s["replay"]
+            algo.include_replay = s.replay
         state = {"version": version, "algo": algo.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
                  **(extra or {})}
-        self.last_path = save(s["dir"], state, keep=s["keep"])
+        self.last_path = save(s.dir, state, keep=s.keep)
         self.last_t, self.last_version = time.time(), version
         return self.last_path
 
@@ -144,14 +137,3 @@ def restore(path: str | os.PathLike, algo, ledger, t_run_start: float | None = N
     ledger.load_state_dict(state["ledger"], now=now)
     set_rng_state(state["rng"])
     return state
-
-
-class NumericFault(RuntimeError):
-    """A non-finite loss or weights: the run stops and nothing non-finite is published."""
-
-
-def check_finite(metrics: dict, version: int) -> None:
-    bad = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
-    if bad:
-        raise NumericFault(f"numeric: non-finite {', '.join(bad)} at version {version}; the run stops, "
-                           f"the last good checkpoint is kept")

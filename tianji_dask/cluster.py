@@ -8,11 +8,46 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import dataclass, field
 
 import dask
 from distributed import Client, LocalCluster
 
+from tianji_dask import dask_internals
+
 LEARNER, EXPLORER = "LEARNER", "EXPLORER"
+
+
+@dataclass
+class Opened:
+    """A cluster a run opened for itself (None: the run was given a client or an address)."""
+
+    client: Client
+    cluster: object = None
+    learner_jobs: list = field(default_factory=list)
+    start_timeout: float = 60
+
+    def close(self) -> None:
+        self.client.close()
+        for job in self.learner_jobs:
+            self.cluster.sync(job.close)
+        self.learner_jobs = []
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int) -> Opened:
+    """The cluster a pipeline's ``cluster:`` section names: an existing scheduler, Slurm or PBS
+    jobs, or an embedded LocalCluster; ``learners`` LEARNER workers (one per group)."""
+    kind, security = cluster_config.kind, make_security(cluster_config.security)
+    if kind == "address":
+        return Opened(Client(cluster_config.address, security=security))
+    if kind in ("slurm", "pbs"):
+        cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
+                                         security, learners=learners)
+        return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout)
+    cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners)
+    return Opened(Client(cluster), cluster)
 
 
 def default_explorer_workers(explorers: int) -> int:
@@ -38,25 +73,29 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     EXPLORER worker processes, one thread each, with the active memory manager off (it deletes
     the weight replicas explorers read), ignoring Ctrl-C (the driver handles it). With
     ``security`` every connection is TLS."""
+    from tianji_dask.observe.dashboard import install
+
+    install()  # the /tianji pages, before the scheduler is built (JupyterLab lists only those)
     tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
             silence_logs=logging.ERROR, **tls,
         )
-    template = cluster.new_spec
+    template = dask_internals.worker_template(cluster)
     # a terminal's Ctrl-C is for the driver, which stops the run cleanly (see worker_preload)
     template["options"]["preload"] = ["tianji_dask.worker_preload"]
+    specs = {}
     for i in range(learner_workers):
         learner = copy.deepcopy(template)
         learner["options"].update(resources={LEARNER: 1}, memory_limit=0)
-        cluster.worker_spec["tianji-learner" if i == 0 else f"tianji-learner-{i}"] = learner
+        specs["tianji-learner" if i == 0 else f"tianji-learner-{i}"] = learner
     for i in range(explorer_workers):
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: 1})
-        cluster.worker_spec[f"tianji-explorer-{i}"] = explorer
+        specs[f"tianji-explorer-{i}"] = explorer
     with _sigint_ignored():
-        cluster.sync(cluster._correct_state)
+        dask_internals.add_workers(cluster, specs)
     return cluster
 
 
@@ -84,6 +123,10 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
 
     from dask_jobqueue import PBSCluster, SLURMCluster
 
+    from tianji_dask.observe.dashboard import install
+
+    install()
+
     cls = SLURMCluster if kind == "slurm" else PBSCluster
     explorer_args = ["--resources", f"{EXPLORER}=1", "--nthreads", "1"]
     if jq.lifetime:
@@ -101,14 +144,14 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
             job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
             **common,
         )
-    learner_kwargs = {
-        **cluster._job_kwargs, "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
+    learner_job = {
+        "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
         "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0"],
         "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,
     }
     learner_jobs = []
     for i in range(learners):
-        job = cluster.job_cls(scheduler=cluster.scheduler_address, name=f"tianji-learner-{i}", **learner_kwargs)
+        job = dask_internals.jobqueue_job(cluster, f"tianji-learner-{i}", **learner_job)
         cluster.sync(job.start)
         learner_jobs.append(job)
     cluster.adapt(minimum_jobs=jq.minimum_jobs, maximum_jobs=jq.maximum_jobs or explorers)

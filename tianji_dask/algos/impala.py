@@ -12,7 +12,7 @@ over them: one version. By default each pass takes one gradient step per group o
 ``minibatch_size`` set, each pass computes V-trace once for the whole batch and takes one step per
 random minibatch of that many single steps (PPO's shape: many small steps per segment).
 
-Episode boundaries follow the chunk format (see ``dataflow/chunk.py``): a terminated step does not
+Episode boundaries follow the chunk format (see ``tianji_dask/chunk.py``): a terminated step does not
 bootstrap; a truncated step bootstraps from the value of the true final observation (frame t+1);
 the segment's last step bootstraps from frame T; the autoreset step after an episode's end is
 invalid: it gets no target and no loss.
@@ -29,7 +29,7 @@ from pydantic import Field
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.segments import SegmentActorCritic
-from tianji_dask.dataflow.chunk import extras
+from tianji_dask.chunk import extras
 
 
 class IMPALAConfig(AlgoConfig):

@@ -24,7 +24,7 @@ from pydantic import Field
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.segments import SegmentActorCritic
-from tianji_dask.dataflow.chunk import extras
+from tianji_dask.chunk import extras
 
 
 class PPOConfig(AlgoConfig):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tianji_dask.algos.models import ActorCritic, Adam, check_spaces, load_weights, sample_categorical, seeded_init, weights_of
-from tianji_dask.dataflow.chunk import extras
+from tianji_dask.chunk import extras
 
 
 class SegmentActorCritic:

@@ -35,7 +35,7 @@ from collections import deque
 import numpy as np
 from distributed.comm.addressing import get_address_host, parse_address
 
-from tianji_dask.dataflow.chunk import array_layout, arrays_from
+from tianji_dask.chunk import array_layout, arrays_from
 
 _HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
 _ACK = b"\x01"  # the sink's answer once it holds a chunk

@@ -1,10 +1,11 @@
 """The ``/tianji`` page of the Dask dashboard, and one page per plot for JupyterLab's Dask pane.
 
-Installed three ways (DESIGN, notes on the dashboard):
-- ``install()`` adds the pages to distributed's table of scheduler pages; it runs on
-  ``import tianji_dask``, so a LocalCluster (or dask-jobqueue cluster) made afterwards in the same
-  process serves them, and ``dask scheduler --preload tianji_dask.preload`` does the same for an
-  external scheduler. Pages named ``/individual-*`` are listed for the JupyterLab extension.
+Installed two ways (docs/design.md, "Watching"):
+- ``install()`` adds the pages to distributed's table of scheduler pages, so a scheduler built
+  afterwards in the same process serves them: the run's own clusters call it before they start,
+  ``dask scheduler --preload tianji_dask.preload`` calls it for an external scheduler, and
+  ``tianji_dask.install_dashboard()`` is it for a cluster a user builds. Pages named
+  ``/individual-*`` are listed for the JupyterLab extension.
 - ``ensure_page(scheduler)``, from the controller's ``start``, adds ``/tianji`` to a scheduler
   that is already running without it (not listed for JupyterLab: the extension reads only the
   first Bokeh app).
@@ -16,6 +17,8 @@ only streams what is new, so an update costs O(new chunks), never O(run).
 from __future__ import annotations
 
 import logging
+
+from tianji_dask import dask_internals
 
 logger = logging.getLogger("tianji_dask.dashboard")
 
@@ -181,44 +184,24 @@ def _doc(panels: tuple[str, ...]):
         doc.title = "tianji"
         doc.add_root(layout)
         doc.add_periodic_callback(page.update, UPDATE_MS)
-        try:  # the dashboard's own navigation bar (a private template of distributed)
-            from distributed.dashboard.components.scheduler import env
-
-            doc.template = env.get_template("simple.html")
+        template = dask_internals.dashboard_template()  # the dashboard's own navigation bar
+        if template is not None:
+            doc.template = template
             doc.template_variables.update(extra)
-        except Exception:  # noqa: BLE001 - a plain page is fine
-            pass
 
     return make
 
 
 def install() -> None:
     """Add the pages to every scheduler created later in this process."""
-    try:
-        from distributed.dashboard import scheduler as dashboard_scheduler
-    except ImportError:  # no bokeh: no dashboard at all
+    table = dask_internals.scheduler_page_table()
+    if table is None:  # no bokeh: no dashboard at all
         return
     for path, panels in PAGES.items():
-        dashboard_scheduler.applications.setdefault(path, _doc(panels))
-
-
-def page_installed(scheduler) -> bool:
-    for app in getattr(scheduler.http_application, "applications", []):
-        if "/tianji" in getattr(app, "_applications", {}):
-            return True
-    return False
+        table.setdefault(path, _doc(panels))
 
 
 def ensure_page(scheduler) -> None:
     """Add ``/tianji`` to a running scheduler's dashboard if it is not there yet."""
-    if getattr(scheduler, "http_application", None) is None or page_installed(scheduler):
-        return
-    from tornado.ioloop import IOLoop
-
-    from distributed.dashboard.core import BokehApplication
-
-    app = BokehApplication({"/tianji": _doc(PAGES["/tianji"])}, scheduler, prefix="/")
-    scheduler.http_application.add_application(app)
-    app.initialize(IOLoop.current())
-    app.start()
-    logger.info("tianji: /tianji page added to the running dashboard")
+    if dask_internals.add_page_to_running_scheduler(scheduler, "/tianji", _doc(PAGES["/tianji"])):
+        logger.info("tianji: /tianji page added to the running dashboard")

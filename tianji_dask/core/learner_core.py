@@ -1,0 +1,176 @@
+"""The learner core: the algorithm, its version, the books, checkpoints, the numeric guard and the
+stop rules. No Dask: the single-process mode and the learner actor run the same core, so an
+update, a checkpoint, a resume or a stop means the same in both."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tianji_dask import checkpoint
+from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
+from tianji_dask.core.ledger import Ledger
+from tianji_dask.core.spec import CoreSpec
+from tianji_dask.torch_setup import learner_device, prepare_torch
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """One chunk on the books: its staleness when consumed, its age, the env steps the algorithm
+    kept, and why it was not trained on (None: it was)."""
+
+    staleness_versions: int
+    age_s: float
+    kept_steps: int
+    dropped: str | None
+
+
+@dataclass
+class Final:
+    """A finished learner: its results, and the episode and chunk tables behind them."""
+
+    results: dict
+    episodes: np.ndarray
+    chunks: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {"results": self.results, "episodes": self.episodes, "chunks": self.chunks}
+
+
+class LearnerCore:
+    def __init__(self, spec: CoreSpec):
+        prepare_torch(spec.threads)
+        self.spec = spec
+        self.algo = spec.make_algo()
+        self.algo.to_device(learner_device(spec.device))
+        self.version = 0
+        self.ledger = Ledger(spec.stop, t_run_start=time.time(), t_process_start=spec.t_process_start,
+                             explorer_workers=spec.explorer_workers, rows_dir=spec.rows_dir)
+        self.checkpointer = checkpoint.Checkpointer(spec.checkpoint)
+        #: what a checkpoint holds besides the core's own state (the actor adds the controller's)
+        self.checkpoint_extra: Callable[[], dict] = dict
+        self.restored: dict = {}  # the checkpoint's whole state when resumed
+        if spec.resume_from:  # continue the learning curve, the books and the clock
+            self.restored = checkpoint.restore(spec.resume_from, self.algo, self.ledger, spec.keep_t_run_start)
+            self.version = self.checkpointer.last_version = int(self.restored["version"])
+        self.error: str | None = None
+        self._tensorboard = None
+        if spec.tensorboard_dir:
+            from tianji_dask.observe.tensorboard import ScalarLog
+
+            self._tensorboard = ScalarLog(spec.tensorboard_dir)
+
+    @property
+    def t_run_start(self) -> float:
+        return self.ledger.t_run_start
+
+    # ---- consuming ------------------------------------------------------------------------
+    def staleness(self, chunk: dict) -> int:
+        return self.version - chunk["policy_version"]
+
+    def consume(self, chunk: dict, *, drop: str | None = None, submit_version: int | None = None) -> Consumed:
+        """Put a chunk on the books; unless ``drop`` names why not, the algorithm ingests it (it
+        may still refuse it: "algorithm", e.g. on-policy data past its lag limit). A dropped
+        chunk's episodes count all the same: they ran."""
+        kept = 0
+        if drop is None:
+            with self.ledger.timed("ingest"):
+                kept = self.algo.ingest(chunk, self.staleness(chunk))
+            if kept == 0:
+                drop = "algorithm"
+        if drop is not None:
+            self.ledger.record_dropped(drop)
+        staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
+        return Consumed(staleness, age_s, kept, drop)
+
+    def record_lost(self, key: str, explorer_id: int, why: str) -> None:
+        self.ledger.record_lost(key, explorer_id, why)
+
+    # ---- training -------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.algo.ready()
+
+    def learn_once(self) -> None:
+        """One update: a new version, on the books, checkpointed when one is due."""
+        t0 = time.perf_counter()
+        metrics = self.algo.learn()
+        check_metrics(metrics, self.version)
+        self.ledger.record_update(metrics, time.perf_counter() - t0)
+        self.version += 1
+        if self.checkpointer.due(self.version):
+            with self.ledger.timed("checkpoint"):
+                self.write_checkpoint()
+
+    def new_version(self) -> None:
+        """The model changed other than by an update (a fused model installed)."""
+        self.version += 1
+
+    def weights(self) -> dict:
+        """The policy weights to publish; NumericFault if any is non-finite."""
+        return check_weights(self.algo.get_weights(), self.version, published=True)
+
+    def write_checkpoint(self) -> None:
+        check_weights(self.algo.get_weights(), self.version)
+        self.checkpointer.write(self.algo, self.version, self.ledger, self.checkpoint_extra())
+
+    # ---- stopping -------------------------------------------------------------------------
+    def stop_reason(self) -> str | None:
+        """Why the run stops (the stop rules on the books, or a stop requested), None to go on."""
+        return self.ledger.check_stop()
+
+    def request_stop(self, reason: str) -> None:
+        self.ledger.request_stop(reason)
+
+    def run(self, loop: Callable[[], None]) -> None:
+        """Run ``loop`` until it returns, then write the last checkpoint. A numeric fault or any
+        error stops the run and is kept for its results; nothing escapes."""
+        try:
+            loop()
+            self.write_checkpoint()
+        except NumericFault as fault:
+            self.error = str(fault)
+            self.request_stop("numeric_fault")
+        except BaseException:  # noqa: BLE001 - reported in the results, never swallowed
+            self.error = traceback.format_exc()
+            self.request_stop("error")
+
+    def fail(self, error: str, reason: str) -> None:
+        """Stop the run for ``reason`` and report ``error`` with its results."""
+        self.error = error
+        self.request_stop(reason)
+
+    # ---- reading ----------------------------------------------------------------------------
+    def status(self, now: float | None = None) -> dict:
+        return self.ledger.status(self.version, now)
+
+    def log_status(self, status: dict, force: bool = False) -> None:
+        """TensorBoard scalars, when the run asked for them (at most once a second)."""
+        if self._tensorboard is not None:
+            self._tensorboard.write(status, force=force)
+
+    def replay_ratio(self) -> float | None:
+        """Samples trained per env step past the warm-up (replaying algorithms only)."""
+        progress = self.algo.replay_progress()
+        return progress["samples_trained"] / progress["env_steps"] if progress and progress["env_steps"] else None
+
+    def finish(self, extra: dict | None = None, final_status: Callable[[dict], dict] = lambda s: s) -> Final:
+        """End the books: the results with ``extra`` added, the last status logged."""
+        ledger = self.ledger
+        ledger.request_stop("stopped")
+        ledger.t_end = time.time()
+        episodes, chunks = ledger.arrays()
+        ledger.discard_spill()  # the rows go out with the results
+        results = ledger.results(self.version, arrays=(episodes, chunks), extra={
+            "error": self.error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
+            "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
+            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start), **(extra or {}),
+        })
+        if self._tensorboard is not None:
+            self._tensorboard.write(final_status(self.status(ledger.t_end)), force=True)
+            self._tensorboard.close()
+            self._tensorboard = None
+        return Final(results, episodes, chunks)

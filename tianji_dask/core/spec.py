@@ -1,0 +1,41 @@
+"""What a learner core is built from: a plain, picklable record (no Dask)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tianji_dask.core.stop import StopRules
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """Where and how often full checkpoints are written (``checkpoint:`` in a pipeline)."""
+
+    dir: str
+    every_seconds: float | None = None
+    every_versions: int | None = None
+    keep: int = 3
+    replay: bool = False
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """``make_algo``: a picklable zero-argument callable building the algorithm.
+    ``t_process_start``: when the user's process started (the second clock of time-to-solve).
+    ``rows_dir``: where the chunk log and episodes spill as the run goes (None: all in memory).
+    ``resume_from``: a checkpoint to continue from; with ``keep_t_run_start`` the run keeps that
+    start time (a rebuilt learner: the time lost to the crash counts), without it the clock goes
+    on from the checkpoint's elapsed time (a resumed run: the pause does not count)."""
+
+    make_algo: Callable
+    stop: StopRules
+    t_process_start: float
+    threads: int = 1
+    device: str = "cpu"
+    explorer_workers: int = 1
+    rows_dir: str | None = None
+    checkpoint: CheckpointSettings | None = None
+    resume_from: str | None = None
+    keep_t_run_start: float | None = None
+    tensorboard_dir: str | None = None

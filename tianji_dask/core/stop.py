@@ -1,0 +1,54 @@
+"""When a run stops: one set of rules, for one learner's books and for groups pooled (no Dask)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tianji_dask.metrics import time_to_solve
+
+
+@dataclass(frozen=True)
+class StopRules:
+    """``target_return`` over a ``window`` of episodes is TianJi's solve rule (see
+    ``metrics.time_to_solve``); the budgets stop a run whether or not it solved."""
+
+    target_return: float | None = None
+    window: int = 100
+    on_solve: bool = True
+    max_env_steps: int | None = None
+    max_updates: int | None = None
+    max_seconds: float | None = None
+
+    @classmethod
+    def of(cls, stop) -> "StopRules":
+        """From a pipeline's ``StopConfig``."""
+        return cls(target_return=stop.target_return, window=stop.window, on_solve=stop.on_solve,
+                   max_env_steps=stop.max_env_steps, max_updates=stop.max_updates, max_seconds=stop.max_seconds)
+
+    def for_group(self) -> "StopRules":
+        """A group's learner stops on its time budget only: solving and the step and update
+        budgets are judged on all groups pooled, by the run, with these same rules."""
+        return replace(self, on_solve=False, max_env_steps=None, max_updates=None)
+
+    def reason(self, *, solved: bool, env_steps: int, updates: int, elapsed_s: float) -> str | None:
+        """Why the run stops now, or None to go on."""
+        if self.on_solve and solved:
+            return "solved"
+        if self.max_env_steps and env_steps >= self.max_env_steps:
+            return "max_env_steps"
+        if self.max_updates and updates >= self.max_updates:
+            return "max_updates"
+        if self.max_seconds and elapsed_s >= self.max_seconds:
+            return "max_seconds"
+        return None
+
+    def solved_at(self, episodes: np.ndarray) -> float | None:
+        """The end time of the episode that solved (rows ``(t_end, return, ...)``), or None."""
+        return None if self.target_return is None else time_to_solve(episodes, self.target_return, self.window)
+
+    def window_mean_solves(self, returns) -> bool:
+        """Does a full window of ``returns`` reach the target? (The cheap check that gates the
+        exact rule, which sorts every episode by end time.)"""
+        return self.target_return is not None and len(returns) == self.window and sum(returns) / self.window >= self.target_return

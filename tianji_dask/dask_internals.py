@@ -1,0 +1,156 @@
+"""Every use of dask/distributed that is not public API, in one place.
+
+Each function says why the project needs it. All were checked against the dask and distributed
+releases in ``CHECKED_RELEASES``; a release that breaks one breaks it here, and
+``tests/test_dask_internals.py`` exercises each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+
+CHECKED_RELEASES = ("2026.8.0",)
+
+
+# ---- client side -----------------------------------------------------------------------------
+def on_client_loop(client, coro) -> concurrent.futures.Future:
+    """Run ``coro`` on a synchronous client's event loop and return at once: the learner's
+    thread keeps training while a scheduler call or a scatter is under way (``Client.sync``
+    would block it). ``client.loop.asyncio_loop``: tornado's loop attribute."""
+    return asyncio.run_coroutine_threadsafe(coro, client.loop.asyncio_loop)
+
+
+def scatter_nowait(client, data: dict, worker: str) -> concurrent.futures.Future:
+    """Scatter ``data`` to ``worker`` without waiting: ``Client._scatter`` is the coroutine behind
+    ``Client.scatter``, which a synchronous client only offers blocking. The result is
+    ``{key: Future}``."""
+    return on_client_loop(client, client._scatter(data, hash=False, workers=[worker], direct=True))
+
+
+def wait_any_completed(ac, timeout: float) -> None:
+    """Block until ``as_completed`` ``ac`` has a result ready, or ``timeout`` seconds: its public
+    ``next_batch(block=True)`` has no timeout, and a chunk restricted to a worker that died never
+    arrives. ``as_completed.thread_condition`` is notified whenever a future completes."""
+    deadline = time.monotonic() + timeout
+    while not ac.has_ready() and time.monotonic() < deadline:
+        with ac.thread_condition:
+            ac.thread_condition.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def actor_handle(cls, address: str, key: str, worker):
+    """A handle to an actor that already exists (its class, worker address and key), made inside
+    another worker: a Future cannot be passed to an actor (distributed#4488), so the learner gets
+    the reducer's address and key instead."""
+    from distributed.actor import Actor
+
+    return Actor(cls, address, key, worker=worker)
+
+
+# ---- key-name cache ----------------------------------------------------------------------------
+def key_cache_size() -> int:
+    """Entries in ``dask.utils.key_split``'s ``lru_cache``: every process that handles a task calls
+    it on the task's key, and every explorer task has a key of its own."""
+    from dask.utils import key_split
+
+    return key_split.cache_info().currsize
+
+
+def clear_key_cache() -> None:
+    """Drop ``key_split``'s cache (a pure function's: nothing is lost but recomputation)."""
+    from dask.utils import key_split
+
+    key_split.cache_clear()
+
+
+# ---- scheduler side ------------------------------------------------------------------------------
+def add_scheduler_handlers(scheduler, handlers: dict) -> None:
+    """RPC handlers on the scheduler, called as ``client.scheduler.<name>(...)``: the way
+    distributed's own P2P shuffle extension adds its calls (``Scheduler.handlers``)."""
+    scheduler.handlers.update(handlers)
+
+
+def fold_span_collections(scheduler, key: str, max_entries: int) -> None:
+    """Keep the span of task ``key`` from growing by one collection description per submission
+    (spans live as long as the scheduler, distributed#7977): identical entries are folded into
+    one. ``Span._metadata`` and ``TaskGroup.span_id`` are private."""
+    spans = scheduler.extensions.get("spans")
+    ts = scheduler.tasks.get(key)
+    if spans is None or ts is None:
+        return
+    span = spans.spans.get(ts.group.span_id)
+    collections = (getattr(span, "_metadata", None) or {}).get("collections")
+    if collections is not None and len(collections) > max_entries:
+        collections[:] = list({repr(c): c for c in collections}.values())
+
+
+def task_prefix_metrics(scheduler) -> dict:
+    """The scheduler's cumulative fine performance metrics per task prefix (what the dashboard's
+    "Fine Performance Metrics" page shows), as ``{(context, prefix, activity, unit): value}``:
+    ``Scheduler.cumulative_worker_metrics`` has no public reader."""
+    return {k: v for k, v in scheduler.cumulative_worker_metrics.items() if isinstance(k, tuple)}
+
+
+# ---- clusters --------------------------------------------------------------------------------------
+def add_workers(cluster, specs: dict) -> None:
+    """Add named worker specs to a ``SpecCluster`` (a LocalCluster is one) and start them: worker
+    processes with different resources, which ``LocalCluster(n_workers=...)`` cannot make.
+    ``SpecCluster._correct_state`` is what ``scale`` calls."""
+    cluster.worker_spec.update(specs)
+    cluster.sync(cluster._correct_state)
+
+
+def worker_template(cluster) -> dict:
+    """A copy of the spec of the workers a ``SpecCluster`` makes (``SpecCluster.new_spec``)."""
+    import copy
+
+    return copy.deepcopy(cluster.new_spec)
+
+
+def jobqueue_job(cluster, name: str, **overrides):
+    """A batch job of a dask-jobqueue cluster outside its adaptive pool (the learner's), made like
+    the pool's own: ``JobQueueCluster._job_kwargs`` and ``job_cls`` are not public."""
+    return cluster.job_cls(scheduler=cluster.scheduler_address, name=name, **{**cluster._job_kwargs, **overrides})
+
+
+# ---- dashboard ---------------------------------------------------------------------------------------
+def scheduler_page_table() -> dict | None:
+    """``distributed.dashboard.scheduler.applications``: the pages every scheduler built later in
+    this process serves; there is no documented extension point (distributed#3503). None
+    without bokeh."""
+    try:
+        from distributed.dashboard import scheduler as dashboard_scheduler
+    except ImportError:
+        return None
+    return dashboard_scheduler.applications
+
+
+def add_page_to_running_scheduler(scheduler, path: str, make_doc) -> bool:
+    """Serve a Bokeh page at ``path`` on a scheduler that is already running (one started before
+    the page table had it). False when the scheduler has no dashboard or already serves it."""
+    http = getattr(scheduler, "http_application", None)
+    if http is None:
+        return False
+    for app in getattr(http, "applications", []):
+        if path in getattr(app, "_applications", {}):
+            return False
+    from tornado.ioloop import IOLoop
+
+    from distributed.dashboard.core import BokehApplication
+
+    app = BokehApplication({path: make_doc}, scheduler, prefix="/")
+    http.add_application(app)
+    app.initialize(IOLoop.current())
+    app.start()
+    return True
+
+
+def dashboard_template():
+    """The dashboard's own page template, so a page has its navigation bar; None if it moved."""
+    try:
+        from distributed.dashboard.components.scheduler import env
+
+        return env.get_template("simple.html")
+    except Exception:  # noqa: BLE001 - a plain page is fine
+        return None

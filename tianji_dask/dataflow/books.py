@@ -1,0 +1,219 @@
+"""One learner's books in the staleness controller: its credits, its window law, what it consumed.
+
+The controller decides admission here and only here: the learner names the explorer task keys
+it wants to submit, and ``Books.cycle`` grants credits for some of them. Every method is O(1)
+or O(chunks reported) and runs on the scheduler's event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+
+from tianji_dask.dataflow.law import WindowLaw, replay_gate, samples_needed
+from tianji_dask.dataflow.messages import ControllerParams, CycleReply, consumptions_from_wire
+
+EXPLORE_PREFIX = "tianji-explore-"
+HISTORY_LEN = 2000
+SERIES_LEN = 3000
+WINDOW_LOG_LEN = 2000
+
+
+class Books:
+    """One learner's admission and accounting: its window law, credits, counters and history.
+    A run has one per group (one without groups has one); the plugin routes by group."""
+
+    def __init__(self, group: int, law: dict, learner_address=None, chunk_env_steps: int = 1):
+        self.group = group
+        self.law = WindowLaw(
+            law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
+            w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", 0.5),
+        )
+        rho = law.get("replay_ratio")
+        self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
+        self.max_staleness = law.get("max_staleness")
+        self.params_version = 0
+        self.chunk_env_steps = int(chunk_env_steps)
+        self.learner_address = learner_address
+        self.learner_lost = False
+        self.learner_version = 0
+        self.progress = {"env_steps": 0, "samples_trained": 0, "warm": False}
+        self.credited: set[str] = set()  # keys holding a credit right now
+        self.granted_total = 0
+        self.refused_replay_ratio = 0
+        self.returned_consumed = 0
+        self.returned_erred = 0
+        self.returned_forgotten = 0
+        self.returned_unsubmitted = 0  # granted to a learner that died before it submitted them
+        self.chunks_consumed = 0
+        self.chunks_dropped = 0
+        self.env_steps_consumed = 0
+        self.bytes_consumed = 0
+        self.staleness_hist: Counter[int] = Counter()
+        self.staleness_max = 0
+        self.staleness_sum = 0
+        self.age_sum_s = 0.0
+        self.age_max_s = 0.0
+        self.per_explorer_steps: Counter[int] = Counter()
+        # (t, learner_version, chunks_in_flight, window, staleness_versions, age_s) per consumed chunk
+        self.history: deque[tuple] = deque(maxlen=HISTORY_LEN)
+        # (t, window, target, mean staleness of the period, updates per chunk) at every control step
+        self.window_log: deque[tuple] = deque(maxlen=WINDOW_LOG_LEN)
+        # the learner's own figures, sent about twice a second: dicts with "t" added
+        self.learner_series: deque[dict] = deque(maxlen=SERIES_LEN)
+
+    @property
+    def window(self) -> int:
+        return self.law.window
+
+    @property
+    def chunks_in_flight(self) -> int:
+        return len(self.credited)
+
+    def params(self) -> ControllerParams:
+        """What the learner applies on its side: how many chunks to ask for, the replay-ratio
+        ceiling, the staleness filter."""
+        return ControllerParams(window=self.window, rho_max=self.rho_max, max_staleness=self.max_staleness,
+                                params_version=self.params_version)
+
+    def cycle(self, consumed: dict | None = None, want: list | None = None, learner_version: int | None = None,
+              progress: dict | None = None, learner_status: dict | None = None) -> dict:
+        """Report consumed chunks and ask credits for new explorer task keys, in one round trip.
+
+        ``consumed``: ``messages.Consumption`` records as columns. ``progress``: a
+        ``messages.Progress``, for replaying learners. ``learner_status``: the learner's own
+        figures (mean return, updates, busy time, ...), for the dashboard and metrics. Returns a
+        ``messages.CycleReply``: the keys granted, in the order asked, and the current settings.
+        """
+        now = time.time()
+        if learner_status:
+            self.learner_series.append({**learner_status, "t": now})
+        if learner_version is not None:
+            self.learner_version = int(learner_version)
+        if progress:
+            self.progress = progress
+        staleness_seen, dropped_seen = [], 0
+        for row in consumptions_from_wire(consumed):
+            if row.key in self.credited:
+                self.credited.discard(row.key)
+                self.returned_consumed += 1
+            staleness = int(row.staleness_versions)
+            self.chunks_consumed += 1
+            self.chunks_dropped += int(bool(row.dropped))
+            self.env_steps_consumed += int(row.env_steps)
+            self.bytes_consumed += int(row.nbytes)
+            self.per_explorer_steps[int(row.explorer_id)] += int(row.env_steps)
+            self.staleness_hist[staleness] += 1
+            self.staleness_sum += staleness
+            self.staleness_max = max(self.staleness_max, staleness)
+            self.age_sum_s += float(row.age_s)
+            self.age_max_s = max(self.age_max_s, float(row.age_s))
+            self.history.append((now, self.learner_version, self.chunks_in_flight, self.window, staleness, float(row.age_s)))
+            staleness_seen.append(staleness)
+            dropped_seen += int(bool(row.dropped))
+        if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen, dropped_seen):
+            self.window_log.append((now, self.law.w, self.law.target, self.law.last["staleness"], self.law.last["updates_per_chunk"]))
+        granted = []
+        prog = self.progress
+        for key in want or ():
+            if self.chunks_in_flight >= self.window:
+                break
+            if not replay_gate(self.rho_min, prog["samples_trained"], prog["env_steps"], self.chunks_in_flight,
+                               self.chunk_env_steps, prog["warm"], prog.get("starving", False)):
+                self.refused_replay_ratio += 1
+                break
+            if key.startswith(EXPLORE_PREFIX) and key not in self.credited:
+                self.credited.add(key)
+                granted.append(key)
+        self.granted_total += len(granted)
+        return CycleReply(granted, self.params(), self._next_admission_at()).to_wire()
+
+    def _next_admission_at(self) -> float | None:
+        """The samples trained at which the replay-ratio floor would admit one more chunk, the
+        books as they are; None when it would admit one now (or there is no floor)."""
+        prog = self.progress
+        if self.rho_min is None or not prog["warm"]:
+            return None
+        needed = samples_needed(self.rho_min, prog["env_steps"], self.chunks_in_flight, self.chunk_env_steps)
+        return needed if prog["samples_trained"] < needed else None
+
+    def check(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
+              window_max: int | None = None, gain: float | None = None, replay_ratio=...,
+              max_staleness=...) -> None:
+        """Raise ValueError naming the field if ``configure`` would refuse these settings."""
+        def bad(msg):
+            raise ValueError(msg)
+
+        w_min = self.law.w_min if window_min is None else window_min
+        w_max = self.law.w_max if window_max is None else window_max
+        if window is not None and int(window) < 1:
+            bad(f"window: must be >= 1 (got {window})")
+        if int(w_min) < 1 or int(w_min) > int(w_max):
+            bad(f"window_min, window_max: need 1 <= window_min <= window_max (got {w_min}, {w_max})")
+        if staleness_target not in (..., None) and float(staleness_target) < 0:
+            bad(f"staleness_target: must be >= 0 or None (got {staleness_target})")
+        if gain is not None and not 0 < float(gain) <= 2:
+            bad(f"gain: must be in (0, 2] (got {gain})")
+        if replay_ratio not in (..., None):
+            lo, hi = (float(x) for x in replay_ratio)
+            if not (0 <= lo <= hi) or hi <= 0:
+                bad(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(replay_ratio)})")
+        if max_staleness not in (..., None) and int(max_staleness) < 0:
+            bad(f"max_staleness: must be >= 0 or None (got {max_staleness})")
+
+    def configure(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
+                  window_max: int | None = None, gain: float | None = None, replay_ratio=...,
+                  max_staleness=...) -> dict:
+        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
+        max_staleness switches that part off; an omitted argument is left as it is)."""
+        self.check(window, staleness_target, window_min, window_max, gain, replay_ratio, max_staleness)
+        self.law.configure(target=staleness_target, w_min=window_min, w_max=window_max, gain=gain, window=window)
+        if replay_ratio is not ...:
+            self.rho_min, self.rho_max = (None, None) if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1]))
+        if max_staleness is not ...:
+            self.max_staleness = None if max_staleness is None else int(max_staleness)
+        self.params_version += 1
+        self.window_log.append((time.time(), self.law.w, self.law.target, None, None))
+        return self.state()
+
+    def state(self, history: bool = False) -> dict:
+        n = self.chunks_consumed
+        out = {
+            "group": self.group,
+            "window": self.window,
+            "window_min": self.law.w_min,
+            "window_max": self.law.w_max,
+            "staleness_target": self.law.target,
+            "gain": self.law.gain,
+            "replay_ratio": None if self.rho_min is None else [self.rho_min, self.rho_max],
+            "max_staleness": self.max_staleness,
+            "last_period": dict(self.law.last),
+            "chunks_in_flight": self.chunks_in_flight,
+            "learner_version": self.learner_version,
+            "learner_lost": self.learner_lost,
+            "learner_progress": dict(self.progress),
+            "credits_granted": self.granted_total,
+            "refused_replay_ratio": self.refused_replay_ratio,
+            "credits_returned": {
+                "consumed": self.returned_consumed,
+                "erred": self.returned_erred,
+                "forgotten": self.returned_forgotten,
+                "unsubmitted": self.returned_unsubmitted,
+            },
+            "chunks_consumed": n,
+            "chunks_dropped": self.chunks_dropped,
+            "env_steps_consumed": self.env_steps_consumed,
+            "bytes_consumed": self.bytes_consumed,
+            "staleness_mean": self.staleness_sum / n if n else None,
+            "staleness_max": self.staleness_max if n else None,
+            "staleness_hist": {str(k): v for k, v in sorted(self.staleness_hist.items())},
+            "age_mean_s": self.age_sum_s / n if n else None,
+            "age_max_s": self.age_max_s if n else None,
+            "per_explorer_env_steps": {str(k): v for k, v in sorted(self.per_explorer_steps.items())},
+        }
+        out["learner"] = dict(self.learner_series[-1]) if self.learner_series else None
+        if history:
+            out["history"] = [list(row) for row in self.history]
+            out["window_log"] = [list(row) for row in self.window_log]
+            out["learner_series"] = list(self.learner_series)
+        return out

@@ -1,0 +1,102 @@
+"""The learner actor: builds the learner's parts on its worker and runs its loop in a thread.
+
+Public methods are ``async`` and O(1): they run on the worker's event loop and only read or set
+small fields. All consuming and SGD happens in one background thread that holds the worker's
+client; it is the only thread that touches the core, the stream and the publisher.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from distributed import get_client, get_worker
+
+from tianji_dask import dask_internals
+from tianji_dask.core.learner_core import LearnerCore
+from tianji_dask.dataflow.learner.admission import AdmissionClient
+from tianji_dask.dataflow.learner.fusion import FusionClient
+from tianji_dask.dataflow.learner.lockstep import LockstepLoop
+from tianji_dask.dataflow.learner.relaxed import RelaxedLoop
+from tianji_dask.dataflow.learner.results import CpuClock, learner_extras
+from tianji_dask.dataflow.learner.spec import LearnerSpec
+from tianji_dask.dataflow.learner.stream import ExplorerStream
+from tianji_dask.dataflow.learner.weights import WeightsPublisher
+
+
+class Learner:
+    def __init__(self, spec: LearnerSpec):
+        worker = get_worker()
+        client = get_client()  # background threads have no worker context: capture it here
+        sys.setswitchinterval(0.001)  # a Python-heavy learner thread otherwise slows the worker's comms
+        self.spec = spec
+        self.core = core = LearnerCore(spec.core)
+        self.admission = AdmissionClient(client, run_id=spec.run_id, group=spec.group, law=spec.law,
+                                         learner_address=worker.address, chunk_env_steps=spec.chunk_env_steps,
+                                         rebuilt=spec.rebuilt)
+        if self.admission.params.rho_max is not None:
+            core.algo.set_replay_ratio_max(self.admission.params.rho_max)
+        window = core.restored.get("controller", {}).get("window")
+        if window:
+            self.admission.set_window(window)
+        core.checkpoint_extra = lambda: {"controller": self.admission.params.to_wire(), "run_id": spec.run_id}
+        self.fusion = None
+        if spec.fusion is not None:
+            from tianji_dask.dataflow.reducer import Reducer
+
+            reducer = dask_internals.actor_handle(Reducer, spec.fusion.reducer_address, spec.fusion.reducer_key, worker)
+            self.fusion = FusionClient(spec.fusion, spec.group, reducer)
+        inline = WeightsPublisher.fits_inline(core.algo.get_weights(), spec.inline_weights_max_bytes)
+        self.publisher = WeightsPublisher(client, worker.address, spec.tag, inline)
+        self.stream = ExplorerStream(client, run_id=spec.run_id, tag=spec.tag, group=spec.group, streams=spec.streams,
+                                     chunk_steps=spec.chunk_steps, worker_address=worker.address,
+                                     direct_min_bytes=spec.direct_min_bytes, timed=core.ledger.timed)
+        self._stop = threading.Event()
+        self._status: dict = {}
+        self._final: dict | None = None
+        strategy = LockstepLoop if spec.mode == "lockstep" else RelaxedLoop
+        self.loop = strategy(spec, core, self.stream, self.publisher, self.admission, self.fusion, self._stop,
+                             self._set_status)
+        self._cpu = CpuClock()
+        self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
+        self._thread.start()
+
+    @property
+    def version(self) -> int:
+        return self.core.version
+
+    # ---- public, O(1), on the event loop ------------------------------------------------
+    async def status(self) -> dict:
+        return self._status
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def final(self) -> dict | None:
+        """Results, episodes and chunk rows once the run has ended; None before."""
+        return self._final
+
+    # ---- background thread --------------------------------------------------------------
+    def _set_status(self, status: dict) -> None:
+        status["done"] = self._final is not None
+        self._status = status
+
+    def _main(self) -> None:
+        self._cpu.start()
+        try:
+            self.core.run(self.loop.run)
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        core = self.core
+        core.request_stop("stopped")
+        extras = learner_extras(cpu=self._cpu, publisher=self.publisher, stream=self.stream, fusion=self.fusion,
+                                group=self.spec.group)
+        self._set_status(self.loop.status(time.time()))
+        final = core.finish(extras, final_status=lambda _: self._status)
+        self.stream.close()
+        self.publisher.close()
+        self._final = final.as_dict()
+        self._set_status(self.loop.status(time.time()))

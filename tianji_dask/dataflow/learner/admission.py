@@ -1,0 +1,80 @@
+"""The learner's side of admission: report consumed chunks, ask credits for the explorer tasks
+it wants to submit, take the controller's answer.
+
+The decision is the controller's alone (``books.py``). One request is in flight at a time and
+the learner goes on training while the scheduler answers. When the replay-ratio floor would
+refuse one more key, the answer says how many samples the learner must have trained before it
+can be granted; until then the learner does not ask (it still reports), so a paced learner costs
+the scheduler no request per update.
+"""
+
+from __future__ import annotations
+
+from tianji_dask import dask_internals
+from tianji_dask.dataflow.messages import Consumption, ControllerParams, CycleReply, Progress, consumptions_to_wire
+
+
+class AdmissionClient:
+    def __init__(self, client, *, run_id: str, group: int, law: dict, learner_address: str, chunk_env_steps: int,
+                 rebuilt: bool = False):
+        self._client = client
+        self._group = group
+        rebuilt_flag = {"rebuilt": True} if rebuilt else {}
+        self.params = ControllerParams.from_wire(client.sync(
+            client.scheduler.tianji_begin, run_id=run_id, law=law, learner_address=learner_address,
+            chunk_env_steps=chunk_env_steps, group=group, **rebuilt_flag,
+        ))
+        self._request = None  # (concurrent future, [(key, stream)] asked, futures held until the answer)
+        self._ask_again_at: float | None = None
+
+    def set_window(self, window: int) -> None:
+        """Start this learner's books at ``window`` (a resumed run goes on with its window)."""
+        self._client.sync(self._client.scheduler.tianji_configure, window=int(window), group=self._group)
+
+    @property
+    def waiting(self) -> bool:
+        """A request is in flight."""
+        return self._request is not None
+
+    @property
+    def asked(self) -> int:
+        """Keys asked for in the request in flight."""
+        return len(self._request[1]) if self._request is not None else 0
+
+    def answered(self) -> bool:
+        return self._request is not None and self._request[0].done()
+
+    def may_ask(self, progress: Progress | None, in_flight: int) -> bool:
+        """False while the controller's last refusal still holds: fewer samples trained than it
+        named, and the learner not starving with nothing in flight (which it always admits)."""
+        if self._ask_again_at is None or progress is None:
+            return True
+        return (progress.starving and in_flight == 0) or progress.samples_trained >= self._ask_again_at
+
+    def request(self, *, consumed: list[Consumption], held: list, want: list[tuple[str, int]], version: int,
+                progress: Progress | None, status: dict | None) -> None:
+        """Send one request: ``consumed`` (their ``held`` futures stay alive until the answer, or
+        their credits would come back as forgotten), ``want`` as (key, stream)."""
+        coro = self._client.scheduler.tianji_cycle(
+            consumed=consumptions_to_wire(consumed), want=[key for key, _ in want], learner_version=version,
+            progress=None if progress is None else progress.to_wire(), learner_status=status, group=self._group,
+        )
+        self._request = (dask_internals.on_client_loop(self._client, coro), want, held)
+
+    def reply(self) -> tuple[list[tuple[str, int]], list]:
+        """The answer to the request in flight (waiting for it if need be): the (key, stream)
+        granted, in the order asked, and the futures held for it, which may go now that their
+        consumption is on record. ``params`` is then the controller's current settings."""
+        future, want, held = self._request
+        answer = CycleReply.from_wire(future.result())
+        self._request = None
+        self.params = answer.params
+        self._ask_again_at = answer.ask_again_at_samples
+        granted = set(answer.granted)
+        return [(key, stream) for key, stream in want if key in granted], held
+
+    def final(self, *, consumed: list[Consumption], version: int, progress: Progress | None, status: dict) -> None:
+        """The last report, waited for: every consumed chunk is on record when the run ends."""
+        self._client.sync(self._client.scheduler.tianji_cycle, consumed=consumptions_to_wire(consumed), want=[],
+                          learner_version=version, progress=None if progress is None else progress.to_wire(),
+                          learner_status=status, group=self._group)

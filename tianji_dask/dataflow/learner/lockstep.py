@@ -1,0 +1,48 @@
+"""The lockstep strategy: one chunk from each explorer stream, wait for all, train on the round,
+publish, repeat: the strict assignment TianJi is measured against (RLlib-sync, XingTian)."""
+
+from __future__ import annotations
+
+import time
+
+from tianji_dask.dataflow.learner.loop import Loop
+
+
+class LockstepLoop(Loop):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._round_open = False  # a round's chunks are out or being trained on
+
+    def _wanted(self) -> int:
+        """A whole round at once, when the last one is trained on."""
+        if self._holding() or self._round_open or self.stream.in_flight or self.admission.asked:
+            return 0
+        return len(self.stream.streams)
+
+    def _pass(self) -> None:
+        core = self.core
+        n_want = self._wanted()
+        must_wait = (self._round_open or (not core.ready() and not n_want)) and not self._holding()
+        if must_wait and self.admission.waiting:
+            with self.timed("wait"):
+                self._round_open |= self._take_reply()
+            must_wait = False
+        self._receive(wait=must_wait)
+        if self._pending:
+            for arrival in self._pending:
+                self._ingest(arrival)
+            self._pending.clear()
+            n_want = self._wanted()
+        if self._round_open and not self.stream.in_flight:  # the whole round is in: train, then broadcast
+            while core.ready() and not self._holding() and core.stop_reason() is None:
+                self._learn_once()
+            self._round_open = False
+            n_want = self._wanted()
+        now = time.time()
+        if self.admission.answered():
+            self._round_open |= self._take_reply()
+        if self._report_due(n_want, now):
+            self._ask(n_want, now)
+            with self.timed("cycle"):  # the round's tasks go out at once
+                self._round_open |= self._take_reply()
+        self._housekeeping(n_want, now)

@@ -1,0 +1,203 @@
+"""The learner's loop: the steps both strategies (``relaxed.py``, ``lockstep.py``) are made of.
+
+Each pass takes what has arrived, consumes it, asks for more work, trains, fuses and reports
+status. The parts do the work: the core trains and keeps the books, the stream submits and
+receives, the publisher makes weights available, the admission client talks to the controller.
+A strategy only decides the order and when to wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from tianji_dask.dataflow.messages import Consumption, Progress
+
+STATUS_EVERY_S = 0.2
+REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
+LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
+WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its stop rules and explorers
+
+
+class Loop:
+    """What both strategies share. ``on_status(status)`` receives the learner's status dict."""
+
+    needs_current_weights = True  # granted work acts with the version just trained
+    weights_each_round = True  # a request publishes the current version (lockstep's broadcast)
+
+    def __init__(self, spec, core, stream, publisher, admission, fusion, stop_event, on_status):
+        self.spec, self.core, self.stream, self.publisher = spec, core, stream, publisher
+        self.admission, self.fusion, self._stop, self._on_status = admission, fusion, stop_event, on_status
+        self.timed = core.ledger.timed
+        self._pending: deque = deque()  # arrivals received, not yet consumed
+        self._consumed: list[Consumption] = []  # consumed, not yet reported to the controller
+        self._held: list = []  # their futures, alive until the controller has them on record
+        self._must_publish = False  # a fused model was installed
+        self._last_report = time.time()
+        self._last_sent_status = 0.0
+        self._last_status = 0.0
+
+    def run(self) -> None:
+        self._publish(wait=True)
+        while not self._stop.is_set() and self.core.stop_reason() is None:
+            self._pass()
+        self._drain()
+
+    def _pass(self) -> None:
+        raise NotImplementedError
+
+    # ---- steps --------------------------------------------------------------------------
+    def _receive(self, wait: bool) -> None:
+        with self.timed("wait"):
+            arrivals = self.stream.arrivals(WAIT_S if wait else 0.0)
+        for arrival in arrivals:
+            if arrival.chunk is not None:
+                self._pending.append(arrival)
+                continue
+            self.core.record_lost(arrival.key, arrival.stream, arrival.lost)
+            if arrival.failed and arrival.failures >= self.spec.max_explorer_failures:
+                self.core.fail(f"explorer {arrival.stream} failed {arrival.failures} chunks in a row; last: {arrival.lost}",
+                               "explorer_failures")
+
+    def _ingest(self, arrival) -> None:
+        chunk = arrival.chunk
+        done = self.core.consume(chunk, drop=self._drop_reason(chunk), submit_version=arrival.submit_version)
+        self._consumed.append(Consumption(arrival.key, arrival.stream, chunk["env_steps"], chunk["nbytes"],
+                                          done.staleness_versions, done.age_s, done.dropped is not None))
+        self._held.append(arrival.future)
+
+    def _drop_reason(self, chunk: dict) -> str | None:
+        max_staleness = self.admission.params.max_staleness
+        if max_staleness is not None and self.core.staleness(chunk) > max_staleness:
+            return "max_staleness"
+        # TianJi's explorer takes new weights between sends and drops what it had not sent
+        if self.spec.drop_on_refresh and self.publisher.superseded_before(chunk["policy_version"], chunk["t_end"]):
+            return "refresh"
+        return None
+
+    def _publish_due(self) -> bool:
+        return self._must_publish or self.core.version - self.publisher.version >= self.spec.publish_every
+
+    def _publish(self, wait: bool = False) -> None:
+        if self.publisher.scattering:
+            return  # one scatter at a time; the next submission publishes the newer version
+        self.publisher.publish(self.core.version, self.core.weights(), wait)
+        self._must_publish = False
+
+    def _ask(self, n_want: int, now: float) -> None:
+        """Report what was consumed and ask credits for ``n_want`` chunks, in one request."""
+        if n_want and not self.publisher.inline and (
+                self._publish_due() or (self.weights_each_round and self.publisher.version != self.core.version)):
+            # scattered weights start on their way while the controller answers (inline ones are
+            # taken at the answer, just before the submission: nothing to start early)
+            with self.timed("publish"):
+                self._publish(wait=self.needs_current_weights)
+        want = self.stream.choose(n_want)
+        status = None
+        if now - self._last_sent_status >= LEARNER_STATUS_EVERY_S:
+            status, self._last_sent_status = self._learner_status(now), now
+        with self.timed("cycle"):
+            self.admission.request(consumed=self._consumed, held=self._held, want=want, version=self.core.version,
+                                   progress=self._progress(), status=status)
+        self._consumed, self._held, self._last_report = [], [], now
+
+    def _report_due(self, n_want: int, now: float) -> bool:
+        since = now - self._last_report
+        return not self.admission.waiting and (
+            n_want > 0 or (bool(self._consumed) and since >= REPORT_EVERY_S) or since >= LEARNER_STATUS_EVERY_S)
+
+    def _take_reply(self) -> bool:
+        """Take the controller's answer and submit the tasks it granted, with the newest
+        published weights; True when it granted something."""
+        asked = self.admission.asked
+        rho_max = self.admission.params.rho_max
+        # the consumed chunks' futures go only after the submission: releasing them sends a message
+        # through the client's batched stream, and a submission right behind it waits one
+        # batching interval (10 ms) before it leaves this process
+        granted, release_after_submit = self.admission.reply()
+        if self.admission.params.rho_max != rho_max:
+            self.core.algo.set_replay_ratio_max(self.admission.params.rho_max)
+        if granted and self.needs_current_weights and self.publisher.version != self.core.version:
+            with self.timed("publish"):  # it trained meanwhile: this work needs this version
+                self._publish(wait=True)
+        elif granted and self.publisher.inline and self._publish_due():
+            with self.timed("publish"):  # inline weights cost only a copy: off-policy work gets them fresh too
+                self._publish()
+        newest = self.publisher.newest()
+        explore = self.core.algo.exploration(self.core.ledger.env_steps, self.core.version)
+        with self.timed("submit"):
+            self.stream.submit(granted, newest.version, newest.weights, explore, self.core.version)
+        del release_after_submit
+        if asked and not granted and not self.stream.in_flight and not self.core.ready():
+            with self.timed("wait"):
+                time.sleep(0.005)  # window full of another run's credits: ask again shortly
+        return bool(granted)
+
+    def _learn_once(self) -> None:
+        self.core.learn_once()
+        if self.fusion is not None:
+            self.fusion.updated()
+            with self.timed("fuse"):
+                self._poll_fusion()
+
+    def _holding(self) -> bool:
+        return self.fusion is not None and self.fusion.holding
+
+    def _poll_fusion(self) -> None:
+        if self.fusion.poll(self.core, stopping=self._stop.is_set()):
+            self._must_publish = True
+
+    def _housekeeping(self, n_want: int, now: float) -> None:
+        """Fusion and status, at the end of every pass."""
+        if self.fusion is not None:
+            with self.timed("fuse"):
+                self._poll_fusion()
+            if self._holding() and not n_want:
+                with self.timed("wait"):
+                    time.sleep(0.001)  # the barrier: nothing to do until the fused model is in
+        if now - self._last_status >= STATUS_EVERY_S:
+            with self.timed("status"):
+                self._on_status(self.status(now))
+            self._last_status = now
+
+    def _drain(self) -> None:
+        """Report what was consumed; cancel what is still out (its credits come back when forgotten)."""
+        if self.admission.waiting:
+            self._take_reply()  # what it grants is submitted, then cancelled below
+        self.admission.final(consumed=self._consumed, version=self.core.version, progress=self._progress(),
+                             status=self._learner_status(time.time()))
+        self._consumed, self._held = [], []
+        for arrival in self._pending:
+            self.core.record_lost(arrival.key, arrival.stream, "received, not trained on at stop")
+        self._pending.clear()
+        for key, stream in self.stream.cancel_all():
+            self.core.record_lost(key, stream, "cancelled at stop")
+
+    # ---- reading --------------------------------------------------------------------------
+    def _progress(self) -> Progress | None:
+        return Progress.of(self.core.algo.replay_progress(), starving=not self.core.ready())
+
+    def _learner_status(self, now: float) -> dict:
+        """Small and flat: what the dashboard and the Prometheus collector show of the learner."""
+        ledger = self.core.ledger
+        return {
+            "version": self.core.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
+            "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
+            "mean_return": ledger.mean_return(), "elapsed_s": now - ledger.t_run_start,
+            "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
+            "replay_ratio": self.core.replay_ratio(),
+        }
+
+    def status(self, now: float) -> dict:
+        """The learner's live status (what ``Run.status`` returns), logged to TensorBoard."""
+        core = self.core
+        status = core.status(now)
+        status["chunks_in_flight"] = self.stream.in_flight
+        status["explorer_homes"] = self.stream.homes_by_stream()
+        if self.fusion is not None:
+            status.update(group=self.spec.group, fusions=len(self.fusion.installed), waiting_for_fusion=self.fusion.waiting,
+                          recent_episodes=core.ledger.episodes.tail(core.spec.stop.window)[:, :2].tolist())
+        status["window"] = self.admission.params.window
+        status["replay_ratio"] = core.replay_ratio()
+        core.log_status(status)
+        return status

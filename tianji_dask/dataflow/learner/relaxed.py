@@ -1,0 +1,75 @@
+"""The relaxed strategy (TianJi's): chunks from any explorer in completion order; work for the
+least-loaded streams is asked for before training, so explorers run while the learner trains;
+a few updates a pass, so arriving chunks are picked up between updates."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from tianji_dask.dataflow.learner.loop import Loop
+
+
+class RelaxedLoop(Loop):
+    weights_each_round = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.needs_current_weights = self.core.algo.on_policy  # off-policy work may start on the previous version
+
+    def _wanted(self) -> int:
+        """Chunks to ask for: up to the controller's window, counting those asked for and those
+        waiting here; none under the fusion barrier or while the controller's refusal holds."""
+        if self._holding():
+            return 0
+        in_flight = self.stream.in_flight + self.admission.asked
+        n_want = max(0, self.admission.params.window - in_flight - len(self._pending))
+        if n_want and not self.admission.may_ask(self._progress(), in_flight):
+            return 0
+        return n_want
+
+    def _pass(self) -> None:
+        core = self.core
+        n_want = self._wanted()
+        must_wait = not core.ready() and not n_want and not self._holding()  # nothing else to do
+        if must_wait and self.admission.waiting:
+            with self.timed("wait"):  # take the controller's answer first
+                self._take_reply()
+            must_wait = False
+        self._receive(wait=must_wait)
+        if self._pending:
+            self._consume()
+            n_want = self._wanted()
+        now = time.time()
+        if self.admission.answered():
+            self._take_reply()
+        if self._report_due(n_want, now):
+            self._ask(n_want, now)
+        for _ in range(self.spec.updates_per_pass):  # TianJi's updates per learner iteration
+            if not core.ready() or self._holding() or core.stop_reason() is not None:
+                break
+            self._learn_once()
+        self._housekeeping(n_want, now)
+
+    def _consume(self) -> None:
+        """Off-policy data all at once (it goes to the replay). On-policy data only as the next
+        update needs it, so a chunk's staleness is that of the data trained on and it holds its
+        credit until then (the window counts chunks waiting here); chunks too stale to use are
+        consumed (dropped, counted) at once to free their credits, the rest in arrival order.
+        (Newest-version-first would leave older chunks waiting for ever, holding credits.)"""
+        core = self.core
+        if not core.algo.on_policy:
+            for arrival in self._pending:
+                self._ingest(arrival)
+            self._pending.clear()
+            return
+        usable = deque()
+        for arrival in self._pending:
+            staleness = core.staleness(arrival.chunk)
+            if self._drop_reason(arrival.chunk) or not core.algo.accepts(staleness):
+                self._ingest(arrival)
+            else:
+                usable.append(arrival)
+        while usable and not core.ready():
+            self._ingest(usable.popleft())
+        self._pending = usable

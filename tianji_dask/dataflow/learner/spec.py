@@ -1,0 +1,49 @@
+"""What a learner actor is built from: a plain, picklable record made by the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tianji_dask.core.spec import CoreSpec
+
+
+@dataclass(frozen=True)
+class FusionSpec:
+    """Group mode: the reducer actor this group's learner offers its model to (its worker
+    address and key), every ``every`` updates; with ``barrier`` it waits for the fused model."""
+
+    reducer_address: str
+    reducer_key: str
+    every: int
+    barrier: bool
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """``streams``: the explorer stream ids this learner feeds on. ``law``: the controller's
+    settings for this learner's books (as ``Run.law()`` gives them). ``direct_min_bytes``:
+    chunks at least this big come over a direct socket (None: all through Dask).
+    ``inline_weights_max_bytes``: weights at most this big travel inside each task (None:
+    always scattered). ``rebuilt``: this learner replaces one whose worker was lost."""
+
+    run_id: str
+    mode: str
+    core: CoreSpec
+    streams: tuple[int, ...]
+    chunk_steps: int
+    chunk_env_steps: int
+    law: dict
+    publish_every: int = 1
+    updates_per_pass: int = 1
+    drop_on_refresh: bool = False
+    direct_min_bytes: int | None = None
+    inline_weights_max_bytes: int | None = None
+    max_explorer_failures: int = 10
+    group: int = 0
+    fusion: FusionSpec | None = None
+    rebuilt: bool = False
+
+    @property
+    def tag(self) -> str:
+        """What this learner's task and data keys carry: the run, and the group in group mode."""
+        return f"{self.run_id}-g{self.group}" if self.fusion is not None else self.run_id

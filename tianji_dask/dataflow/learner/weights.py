@@ -1,0 +1,93 @@
+"""The weights publisher: makes a version of the policy the one new explorer tasks get.
+
+Small weights travel inside each explorer task (inline): no scatter, no fetch by explorers
+from the learner's worker, nothing to wait for. Larger ones are scattered once per version under
+a versioned key, without blocking the learner's thread: explorer tasks take the newest version
+whose scatter has completed, so an off-policy chunk's policy may lag its submission by the
+updates made during one scatter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from tianji_dask import dask_internals
+
+PUBLISHED_AT_KEPT = 64  # versions whose publish times drop_on_refresh may look back on
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published version: the weights dict itself (inline) or the future of its scatter."""
+
+    version: int
+    weights: object
+
+
+class WeightsPublisher:
+    def __init__(self, client, worker_address: str, tag: str, inline: bool):
+        self._client = client
+        self._worker = worker_address
+        self._tag = tag
+        self.inline = inline
+        self._newest: deque[Published] = deque(maxlen=2)  # the previous version stays alive while tasks fetch it
+        self._scatter: tuple[int, str, object] | None = None  # (version, key, concurrent future) under way
+        self._times: deque[tuple[int, float]] = deque(maxlen=PUBLISHED_AT_KEPT)
+        self.version = -1  # the newest version handed to publish
+        self.counts = {"inline": 0, "scattered": 0}
+
+    @staticmethod
+    def fits_inline(weights: dict, max_bytes: int | None) -> bool:
+        return max_bytes is not None and sum(w.nbytes for w in weights.values()) <= max_bytes
+
+    @property
+    def scattering(self) -> bool:
+        return self._scatter is not None
+
+    def publish(self, version: int, weights: dict, wait: bool = False) -> None:
+        """Publish ``weights`` as ``version``; with ``wait``, return once explorer tasks can get
+        it. One scatter at a time: while one is under way this does nothing (the next
+        submission publishes the newer version)."""
+        if self._scatter is not None:
+            return
+        self.version = version
+        if self.inline:
+            self.counts["inline"] += 1
+            self._install(version, weights)
+            return
+        self.counts["scattered"] += 1
+        key = f"tianji-weights-{self._tag}-{version}"
+        self._scatter = (version, key, dask_internals.scatter_nowait(self._client, {key: weights}, self._worker))
+        if wait:
+            self._scatter[2].result()
+        self.newest()
+
+    def newest(self) -> Published:
+        """The newest version explorer tasks can get now."""
+        if self._scatter is not None and self._scatter[2].done():
+            version, key, done = self._scatter
+            self._scatter = None
+            self._install(version, done.result()[key])
+        return self._newest[-1]
+
+    def _install(self, version: int, weights) -> None:
+        self._newest.append(Published(version, weights))
+        self._times.append((version, time.time()))
+
+    def superseded_before(self, version: int, t: float) -> bool:
+        """Was a version newer than ``version`` available to explorers before time ``t``? (TianJi's
+        explorer takes new weights between sends and drops what it had not sent.)"""
+        for published, t_published in reversed(self._times):
+            if published <= version:
+                return False
+            if t_published < t:
+                return True
+        return False
+
+    def close(self) -> None:
+        self._newest.clear()
+        if self._scatter is not None:
+            self._scatter[2].cancel()
+            self._scatter = None

@@ -1,0 +1,88 @@
+"""Where a run's time and CPU went, read off the cluster at the start and the end of the run:
+the dataflow's overhead per role (Dask's fine performance metrics for the explorer tasks, the
+learner's own time split) and each process's CPU."""
+
+from __future__ import annotations
+
+import time
+
+from tianji_dask import dask_internals
+
+
+def cpu_seconds(client) -> dict | None:
+    """CPU seconds so far of the scheduler's process and of each explorer worker's process
+    (workers without the LEARNER resource; the learner measures its own)."""
+    try:
+        scheduler = client.run_on_scheduler(lambda: time.process_time())
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        explorers = [a for a, w in workers.items() if not w.get("resources", {}).get("LEARNER")]
+        per = client.run(lambda: time.process_time(), workers=explorers) if explorers else {}
+    except Exception:  # noqa: BLE001 - a cluster that cannot tell costs only this figure
+        return None
+    return {"scheduler": scheduler, "explorers": per}
+
+
+def task_metrics(client) -> dict:
+    """The scheduler's cumulative per-task-prefix metrics (Dask's fine performance metrics)."""
+    def read(dask_scheduler=None):
+        return dask_internals.task_prefix_metrics(dask_scheduler)
+
+    return client.run_on_scheduler(read)
+
+
+def dataflow_overhead(client, results: dict, metrics_at_start: dict) -> dict | None:
+    """Where the roles' busy time went: the learner's own split (updates, ingesting data, the
+    dataflow's work) and the explorer tasks' split as Dask meters it (env stepping with
+    inference vs. everything else the task did: loading weights, deserializing, threads).
+    "fraction": dataflow seconds / busy seconds, summed over roles (waiting is not busy)."""
+    try:
+        now = task_metrics(client)
+    except Exception:  # noqa: BLE001 - a cluster that cannot tell costs only this figure
+        return None
+    explorer = {}
+    for key, value in now.items():
+        if key[0] == "execute" and key[1] == "tianji-explore" and key[-1] == "seconds":
+            explorer[key[2]] = value - metrics_at_start.get(key, 0.0)
+    times = [r["learner_time"] for r in results.get("group_results", [results]) if r.get("learner_time")]
+    learner_busy = sum(sum(t["seconds"].values()) - t["seconds"].get("wait", 0.0) for t in times)
+    learner_useful = sum(t["seconds"]["learn"] + t["seconds"].get("ingest", 0.0) for t in times)
+    explorer_busy = sum(explorer.values())
+    explorer_useful = explorer.get("env-step", 0.0)
+    busy = learner_busy + explorer_busy
+    return {
+        "fraction": (busy - learner_useful - explorer_useful) / busy if busy > 0 else None,
+        "learner_fraction": (learner_busy - learner_useful) / learner_busy if learner_busy > 0 else None,
+        "explorer_fraction": (explorer_busy - explorer_useful) / explorer_busy if explorer_busy > 0 else None,
+        "explorer_task_seconds": {k: round(v, 4) for k, v in sorted(explorer.items())},
+    }
+
+
+def cpu_budget(results: dict, cpu0: dict | None, cpu1: dict | None) -> dict | None:
+    """Where the processes' CPU went over the run, as cores (CPU seconds / the learner's wall
+    seconds): the learner thread; the rest of the learner's process (its event loop, comms, the
+    chunk sink); the explorer workers' processes, and the part of them the explorer tasks
+    spent stepping envs; the scheduler's process (on a local cluster also the client and the
+    nannies). A wall-time overhead (``dataflow_overhead``) misses work done beside the roles'
+    main threads; this shows it. A learner rebuilt after its worker was lost counts from its
+    rebuild."""
+    if cpu1 is None or cpu0 is None:
+        return None
+    per = [r["learner_cpu_s"] for r in results.get("group_results", [results]) if r.get("learner_cpu_s")]
+    wall = results.get("wall_s") or 0.0
+    if not per or wall <= 0:
+        return None
+    thread = sum(c["thread_s"] for c in per)
+    seconds = {
+        "learner_thread": thread,
+        "learner_process_other": sum(c["process_s"] for c in per) - thread,
+        # per worker process: one that joined during the run counts from its start
+        "explorer_processes": sum(t - cpu0["explorers"].get(a, 0.0) for a, t in cpu1["explorers"].items()),
+        "scheduler_process": cpu1["scheduler"] - cpu0["scheduler"],
+    }
+    stepping = ((results.get("dataflow_overhead") or {}).get("explorer_task_seconds") or {}).get("env-step")
+    out = {"wall_s": round(wall, 4), "seconds": {k: round(v, 4) for k, v in seconds.items()},
+           "cores": {k: round(v / wall, 4) for k, v in seconds.items()},
+           "cores_total": round(sum(seconds.values()) / wall, 4)}
+    if stepping is not None:
+        out["explorer_env_step_cores"] = round(stepping / wall, 4)  # wall seconds in tasks, an upper bound
+    return out

@@ -1,0 +1,97 @@
+"""What a run checks before any cluster starts: every error a user can cause surfaces here, as one
+``PipelineError`` line, and nothing has been started or written yet."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from tianji_dask.algos import make_algorithm
+from tianji_dask.config import Pipeline, PipelineError
+from tianji_dask.envs import env_spaces
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the checks learnt, which the run builds its learners from. ``make_algo``: the
+    picklable factory every role builds the algorithm with. ``chunks_per_update``: the fewest
+    chunks one update needs (the window's floor). ``replay_ratio``: the controller's [min, max]
+    band, or None. ``reduce_every`` and ``reduce_barrier``: group mode's fusion settings."""
+
+    make_algo: Callable
+    chunks_per_update: int
+    on_policy: bool
+    replay_ratio: list[float] | None
+    reduce_every: int
+    reduce_barrier: bool
+
+
+def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
+    """Build the env and the algorithm once, here: a pipeline they refuse fails before a cluster
+    starts. ``has_client``: the run joins a cluster given to it (so the learner may not run on
+    this machine)."""
+    obs_space, act_space = _spaces(p)
+    make_algo = functools.partial(make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed)
+    try:
+        algo = make_algo()
+    except ValueError as err:
+        raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
+    # on-policy chunks hold their credit until trained on: a window below one update's chunks deadlocks
+    chunks_per_update = int(getattr(algo, "chunks_per_update", lambda: 1)())
+    c = p.controller
+    for field in ("window", "window_min"):
+        value = getattr(c, field)
+        if p.mode == "relaxed" and value is not None and value < chunks_per_update:
+            raise PipelineError(
+                f"controller.{field}: must be >= {chunks_per_update}, the chunks one {p.algo.name} update "
+                f"needs (a smaller window deadlocks; got {value})"
+            )
+    if p.logging.tensorboard:
+        from tianji_dask.observe import tensorboard
+
+        if not tensorboard.available():
+            raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
+                                "tianji_dask does not install it")
+    _check_device(p, algo, has_client)
+    progress = algo.replay_progress()
+    if isinstance(c.replay_ratio, tuple) and progress is None:
+        raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
+    replay_ratio = None
+    if progress is not None and c.replay_ratio is not None:
+        r = progress["ratio"]  # auto: [r/2, 2r] around the algorithm's own ratio
+        replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [r / 2, 2 * r]
+    return Prepared(
+        make_algo=make_algo, chunks_per_update=chunks_per_update, on_policy=algo.on_policy, replay_ratio=replay_ratio,
+        reduce_every=p.reduce.every or (1 if algo.on_policy else 16),
+        reduce_barrier=algo.on_policy if p.reduce.barrier is None else p.reduce.barrier,
+    )
+
+
+def _spaces(p: Pipeline):
+    """The env's spaces; every explorer's env must have the same ones."""
+    try:
+        spaces = env_spaces(p.env.id, **p.env.kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure to build the env is the user's to fix
+        raise PipelineError(f"env: cannot create {p.env.id} with kwargs {p.env.kwargs}: {err}") from None
+    for eid in p.env.explorer_kwargs:
+        kwargs = p.env_kwargs_for(eid)
+        try:
+            theirs = env_spaces(p.env.id, **kwargs)
+        except Exception as err:  # noqa: BLE001
+            raise PipelineError(f"env.explorer_kwargs: cannot create {p.env.id} for explorer {eid} with kwargs {kwargs}: {err}") from None
+        if theirs != spaces:
+            raise PipelineError(f"env.explorer_kwargs: explorer {eid}'s env has other spaces than the rest ({theirs})")
+    return spaces
+
+
+def _check_device(p: Pipeline, algo, has_client: bool) -> None:
+    if p.learner.device.partition(":")[0] not in algo.device_types:
+        raise PipelineError(f"learner.device: {p.algo.name} trains on {' or '.join(algo.device_types)} only (got {p.learner.device})")
+    if p.learner.device != "cpu" and (p.mode == "single" or (not has_client and p.cluster.kind == "local")):
+        from tianji_dask.torch_setup import learner_device
+
+        try:  # the learner will run on this machine: say now if it has no such device
+            learner_device(p.learner.device)
+        except RuntimeError as err:
+            raise PipelineError(str(err)) from None

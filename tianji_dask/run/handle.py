@@ -1,0 +1,286 @@
+"""The Run handle: what a notebook or the CLI holds while training goes on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
+from tianji_dask.core.stop import StopRules
+from tianji_dask.metrics import write_results
+from tianji_dask.run import specs
+from tianji_dask.run.checks import check_pipeline
+from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
+
+CONFIGURABLE = ("window", "staleness_target", "window_min", "window_max", "gain", "replay_ratio", "max_staleness")
+
+
+def _pipeline_of(pipeline, overrides: dict | None) -> Pipeline:
+    if overrides is not None and not isinstance(overrides, dict):
+        raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
+    if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
+        raise PipelineError(f"pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got {type(pipeline).__name__}")
+    if isinstance(pipeline, Pipeline):
+        return parse_pipeline(pipeline.model_dump(), overrides=overrides) if overrides else pipeline
+    if isinstance(pipeline, dict):
+        return parse_pipeline(pipeline, overrides=overrides)
+    return load_pipeline(pipeline, overrides=overrides)
+
+
+class Run:
+    """One training run.
+
+    ``pipeline``: a Pipeline, a dict, a YAML path or a bundled name (``"cartpole_ppo"``).
+    ``client``: a connected ``distributed.Client``; when None (and the pipeline does not name a
+    scheduler) an embedded LocalCluster is started and closed with the run.
+    ``overrides``: dotted pipeline fields, e.g. ``{"mode": "lockstep", "stop.max_seconds": 60}``.
+    """
+
+    def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
+                 _resume_from: str | list[str] | None = None):
+        p = self.pipeline = _pipeline_of(pipeline, overrides)
+        self.run_id = uuid.uuid4().hex[:8]
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.out = Path(out) if out is not None else Path("runs") / f"{p.name}-{p.mode}-{stamp}-{self.run_id}"
+        if self.out.exists() and not self.out.is_dir():
+            raise PipelineError(f"out: {str(self.out)!r} exists and is not a directory")
+        if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
+            raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
+        self._resume_from = _resume_from
+        self.client = client
+        self.cluster = None
+        self._opened = None  # the cluster this run started for itself (cluster.Opened)
+        self._learners: list = []  # the learner actors, one per group
+        self._reducer = None  # group mode: the Reducer actor
+        self._reducer_address: str | None = None
+        self._task_metrics0: dict = {}
+        self._cpu0: dict | None = None  # accounting.cpu_seconds once the learners are built
+        self._group_stop: str | None = None  # why the run stopped its groups (group mode)
+        self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
+        self._env_seed_offset = 0
+        self._t_run_start: float | None = None
+        self._explorer_workers = 1
+        self._single = None
+        self._final: list[dict] | None = None  # one per learner (single mode: one)
+        self.results: dict | None = None
+        self.dashboard_link: str | None = None
+        self.t_process_start = psutil.Process(os.getpid()).create_time()
+        self._rules = StopRules.of(p.stop)
+        self._prepared = check_pipeline(p, has_client=client is not None)
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
+        """A Run that continues a stopped or crashed run from its newest checkpoint, writing to the
+        same directory: the learner's version, the episodes so far and the clock go on from
+        there. ``overrides`` apply on top of the run's pipeline (e.g. a new time budget)."""
+        from tianji_dask import checkpoint
+
+        d = Path(run_dir)
+        if not (d / "pipeline.yaml").is_file():
+            raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
+        pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
+        paths = [checkpoint.latest(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]
+        versions = [int(checkpoint.load(path)["version"]) for path in paths]  # fail here, with one line, on a damaged file
+        resume_from = [str(path.resolve()) for path in paths]
+        run = cls(pipeline, client, out=d, _resume_from=resume_from[0] if pipeline.groups == 1 else resume_from)
+        run._env_seed_offset = 1 + max(versions)  # fresh env seeds: no replay of the first episodes
+        return run
+
+    def law(self) -> dict:
+        """The controller's settings for this run, defaults filled in."""
+        return specs.law(self.pipeline, self._prepared)
+
+    def _resume_path(self, group: int) -> str | None:
+        return self._resume_from[group] if isinstance(self._resume_from, list) else self._resume_from
+
+    def _core_spec(self, group: int = 0, **changes):
+        return specs.core_spec(self.pipeline, self._prepared, out=self.out, t_process_start=self.t_process_start,
+                               explorer_workers=self._explorer_workers, group=group,
+                               resume_from=changes.pop("resume_from", self._resume_path(group)), **changes)
+
+    def _learner_spec(self, group: int = 0, *, rebuilt: bool = False, **core_changes):
+        return specs.learner_spec(self.pipeline, self._prepared, self._core_spec(group, **core_changes), run_id=self.run_id,
+                                  group=group, reducer_address=self._reducer_address, rebuilt=rebuilt)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def start(self) -> "Run":
+        p = self.pipeline
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._write_pipeline()  # what `tianji-dask resume` reads back
+        if p.mode == "single":
+            from tianji_dask.single import SingleProcessRun
+
+            self._single = SingleProcessRun(self._core_spec(), explorers=p.explorers, chunk_steps=p.chunk_steps,
+                                            env_id=p.env.id, num_envs=p.env.num_envs, env_kwargs_for=p.env_kwargs_for,
+                                            seed=p.seed + 7919 * self._env_seed_offset)
+            threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
+            return self
+        from tianji_dask.run import supervise
+
+        supervise.start(self)
+        return self
+
+    def _write_pipeline(self) -> None:
+        import yaml
+
+        (self.out / "pipeline.yaml").write_text(yaml.safe_dump(self.pipeline.model_dump(mode="json"), sort_keys=False))
+
+    def _run_single(self) -> None:
+        self._final = [self._single.run().as_dict()]
+
+    def status(self) -> dict:
+        """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
+        if self._single is not None:
+            status = self._single.status()
+            status["done"] = self._final is not None
+            return status
+        if not self._learners:
+            return {"done": False}
+        return pool_status([dict(learner.status().result(timeout=30)) for learner in self._learners], self._rules,
+                           self._group_stop)
+
+    def controller_state(self, history: bool = False, group: int | None = None) -> dict:
+        """The controller's live state (window, targets, staleness so far, credits): group 0's,
+        with every group's under "groups" in group mode, or one ``group``'s."""
+        if self.client is None:
+            raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
+        return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group)
+
+    def live(self, height: int = 1000):
+        """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
+        notebook, with links to it and to the whole dashboard."""
+        if not self.dashboard_link:
+            raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
+        from IPython.display import HTML, IFrame, display
+
+        page = self.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        display(HTML(f'<p>tianji run {self.run_id}: <a href="{page}" target="_blank">{page}</a> · '
+                     f'<a href="{self.dashboard_link}" target="_blank">Dask dashboard</a></p>'))
+        display(IFrame(page, width="100%", height=height))
+        return page
+
+    def configure(self, **settings) -> dict:
+        """Change the staleness controller while the run goes on, e.g.
+        ``run.configure(staleness_target=4)``. Accepts window, staleness_target, window_min,
+        window_max, gain, replay_ratio ([min, max]) and max_staleness; ``None`` switches a target
+        or filter off. Returns the controller's new state. Bad values raise ValueError naming the
+        field."""
+        unknown = sorted(set(settings) - set(CONFIGURABLE))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown setting; allowed: {', '.join(CONFIGURABLE)}")
+        if self.client is None or self.pipeline.mode != "relaxed":
+            raise RuntimeError("configure: only a running relaxed-mode run has a controller to configure")
+        wmin, floor = settings.get("window_min"), self._prepared.chunks_per_update
+        if wmin is not None and wmin < floor:
+            raise ValueError(f"window_min: must be >= {floor}, the chunks one update needs (got {wmin})")
+        return self.client.sync(self.client.scheduler.tianji_configure, **settings)
+
+    def stop(self) -> None:
+        if self._single is not None:
+            self._single.stop()
+        for learner in self._learners:
+            learner.stop().result(timeout=30)
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
+        """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
+        from tianji_dask.run import supervise
+
+        if self.results is not None:
+            return self.results
+        deadline = None if timeout is None else time.time() + timeout
+        stopped = False
+        while True:
+            if self._single is not None:
+                status, statuses = self.status(), []
+            else:
+                statuses = supervise.learner_statuses(self)
+                if statuses is None:
+                    continue  # a learner was rebuilt: ask again
+                status = pool_status(statuses, self._rules, self._group_stop)
+            if self._t_run_start is None and status.get("elapsed_s") is not None:
+                self._t_run_start = time.time() - status["elapsed_s"]
+            if on_status is not None:
+                on_status(status)
+            if status.get("done"):
+                if self._single is None:
+                    self._final = [learner.final().result(timeout=60) for learner in self._learners]
+                break
+            if not stopped and self.pipeline.groups > 1:
+                self._group_stop = self._group_stop or groups_stop_reason(status, statuses, self._rules)
+                if self._group_stop:
+                    self.stop()
+                    stopped = True
+            if deadline is not None and time.time() > deadline and not stopped:
+                self.stop()
+                stopped = True
+            time.sleep(poll_s)
+        return self._write()
+
+    def _write(self) -> dict:
+        from tianji_dask.run import accounting
+
+        if len(self._final) > 1:
+            fusion = {"every": self._prepared.reduce_every, "barrier": self._prepared.reduce_barrier,
+                      "rounds": self._reducer.rounds().result(timeout=60)}
+            results, episodes, chunks = pool_results(self._final, self._rules, self._group_stop, fusion)
+        else:
+            final = self._final[0]
+            results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
+        p = self.pipeline
+        results.update(
+            run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.name, seed=p.seed,
+            explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
+            pipeline_config=p.model_dump(mode="json"),
+        )
+        results["learner_restarts"] = self._restarts
+        if self._single is None:
+            cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
+            results["controller"] = self._controller_final()
+            results["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
+            results["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)
+        self.results_path = write_results(self.out, results, episodes, chunks)
+        shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
+        self.results = results
+        self.close()
+        return results
+
+    def _controller_final(self, settle_s: float = 5.0) -> dict:
+        # cancelled explorer tasks return their credits when the scheduler forgets them
+        def in_flight(state):
+            return sum(g["chunks_in_flight"] for g in state.get("groups", [state]))
+
+        deadline = time.time() + settle_s
+        state = self.controller_state(history=True)
+        while in_flight(state) and time.time() < deadline:
+            time.sleep(0.05)
+            state = self.controller_state(history=True)
+        return state
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.close()
+            self._opened = None
+            self.client = self.cluster = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def train(pipeline, client=None, *, out=None, timeout: float | None = None, overrides: dict | None = None) -> dict:
+    """One call: start a run, wait for it, return its results (also written to ``run.out``)."""
+    run = Run(pipeline, client, out=out, overrides=overrides)
+    try:
+        run.start()
+        return run.wait(timeout=timeout)
+    finally:
+        run.close()

@@ -1,0 +1,79 @@
+"""From a checked pipeline to what each role is built from: the controller's law, the learner
+core's spec, the learner actor's spec, and where each group writes its files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tianji_dask.config import Pipeline
+from tianji_dask.core.spec import CheckpointSettings, CoreSpec
+from tianji_dask.core.stop import StopRules
+from tianji_dask.dataflow.learner.spec import FusionSpec, LearnerSpec
+from tianji_dask.run.checks import Prepared
+
+
+def group_dirs(run_dir: Path, name: str, groups: int) -> list[Path]:
+    """Each group's folder under RUN_DIR/name (one group: RUN_DIR/name itself)."""
+    d = Path(run_dir) / name
+    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+
+
+def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
+    """Where each group's learner writes its checkpoints."""
+    return group_dirs(run_dir, "checkpoints", groups)
+
+
+def law(p: Pipeline, prepared: Prepared) -> dict:
+    """The controller's settings for this run, defaults filled in. Lockstep runs one chunk per
+    explorer per round, so its window is the explorer count and nothing moves it."""
+    c = p.controller
+    if p.mode != "relaxed":
+        return {"window": p.explorers}
+    w_min = c.window_min or prepared.chunks_per_update
+    w_max = c.window_max or max(16, 4 * p.explorers, w_min)
+    return {
+        "window": max(p.window, w_min), "staleness_target": c.staleness_target, "window_min": w_min, "window_max": w_max,
+        "gain": c.gain, "replay_ratio": prepared.replay_ratio, "max_staleness": c.max_staleness,
+    }
+
+
+def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: float, explorer_workers: int = 1,
+              group: int = 0, resume_from: str | None = None, keep_t_run_start: float | None = None) -> CoreSpec:
+    rules = StopRules.of(p.stop)
+    ckpt = p.checkpoint
+    return CoreSpec(
+        make_algo=prepared.make_algo,
+        # in group mode the run, not each learner, judges the solve and the budgets, on all groups pooled
+        stop=rules.for_group() if p.groups > 1 else rules,
+        t_process_start=t_process_start, threads=p.learner.threads, device=p.learner.device,
+        explorer_workers=explorer_workers,
+        # written by the learner, so on the learner's machine for a remote cluster
+        rows_dir=str(group_dirs(out, "rows", p.groups)[group].resolve()),
+        checkpoint=CheckpointSettings(
+            dir=str(checkpoint_dirs(out, p.groups)[group].resolve()), every_seconds=ckpt.every_seconds,
+            every_versions=ckpt.every_versions, keep=ckpt.keep, replay=ckpt.replay,
+        ) if ckpt.enabled else None,
+        resume_from=resume_from, keep_t_run_start=keep_t_run_start,
+        tensorboard_dir=str((out / "tensorboard").resolve()) if p.logging.tensorboard else None,
+    )
+
+
+def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str, group: int = 0,
+                 reducer_address: str | None = None, rebuilt: bool = False) -> LearnerSpec:
+    mib, kib = p.learner.direct_chunks_min_mib, p.learner.inline_weights_max_kib
+    fusion = None
+    if p.groups > 1:
+        fusion = FusionSpec(reducer_address=reducer_address, reducer_key=reducer_key(run_id),
+                            every=prepared.reduce_every, barrier=prepared.reduce_barrier)
+    return LearnerSpec(
+        run_id=run_id, mode=p.mode, core=core, streams=tuple(p.group_streams(group)), chunk_steps=p.chunk_steps,
+        chunk_env_steps=p.chunk_steps * p.env.num_envs, law=law(p, prepared), publish_every=p.learner.publish_every,
+        updates_per_pass=p.updates_per_pass, drop_on_refresh=p.learner.drop_on_refresh,
+        direct_min_bytes=None if mib is None else int(mib * 2**20),
+        inline_weights_max_bytes=None if kib is None else int(kib * 2**10),
+        max_explorer_failures=p.stop.max_explorer_failures, group=group, fusion=fusion, rebuilt=rebuilt,
+    )
+
+
+def reducer_key(run_id: str) -> str:
+    return f"tianji-reducer-{run_id}"
