@@ -2,7 +2,7 @@
 
     python benchmarks/groups_scaling.py [--pipelines cartpole_dqn cartpole_ppo] [--groups 1 2]
                                         [--explorers 1] [--seeds 0 1 2] [--max-seconds 400]
-                                        [--out docs/groups_scaling]
+                                        [--out benchmarks/results/groups_scaling]
 
 Every (pipeline, G) runs once per seed, alternating G seed by seed (machines here are noisy, so
 neighbours share the noise), each in a fresh process with an embedded LocalCluster of G learner

@@ -2,7 +2,7 @@
 
     python benchmarks/overhead.py [--pipelines cartpole_dqn cartpole_ppo] [--seeds 0 1 2]
                                   [--seconds 30] [--set KEY=VALUE ...]
-                                  [--variant LABEL:KEY=VALUE[,KEY=VALUE] ...] [--out docs/overhead]
+                                  [--variant LABEL:KEY=VALUE[,KEY=VALUE] ...] [--out benchmarks/results/overhead]
 
 Each run trains for a fixed time (``stop.on_solve`` off, so the figures cover learning, not only
 the way to the solve) in a fresh process on an embedded LocalCluster, alternating pipelines seed

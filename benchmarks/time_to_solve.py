@@ -1,8 +1,8 @@
 """Median time-to-solve of the bundled CartPole pipelines, several seeds, one invocation.
 
     python benchmarks/time_to_solve.py [--pipelines cartpole_ppo cartpole_dqn] [--seeds 0 1 2]
-                                       [--mode relaxed] [--max-seconds 300] [--json out.json]
-                                       [--set chunk_steps=32 ...]
+                                       [--mode relaxed] [--max-seconds 300] [--set chunk_steps=32 ...]
+                                       [--json benchmarks/results/time_to_solve.json]
 
 Runs alternate pipelines seed by seed (machines here are noisy, so neighbours share the noise) and
 print, for each pipeline, every run and the median time-to-solve from run start and from process
@@ -98,6 +98,7 @@ def main(argv=None) -> int:
         med_p = statistics.median(r["time_to_solve_from_process_start_s"] for r in rs)
         print(f"{pipeline:>16}: median time-to-solve {med:.2f} s from run start, {med_p:.2f} s from process start")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(runs, indent=2))
     return 0
 

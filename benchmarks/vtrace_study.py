@@ -2,7 +2,7 @@
 IMPALA (every chunk trained on, V-trace-corrected).
 
     python benchmarks/vtrace_study.py [--envs cartpole lunarlander] [--seeds 0 1 2]
-        [--targets 0 2 8 off] [--max-seconds 150] [--out docs/vtrace_study]
+        [--targets 0 2 8 off] [--max-seconds 150] [--out benchmarks/results/vtrace_study]
 
 For each env it runs ``<env>_ppo`` and ``<env>_impala`` (relaxed mode, 2 explorers, one shared
 embedded cluster) at every staleness target ("off": the pipeline's fixed window) for every seed,
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--targets", nargs="+", default=["0", "2", "8", "off"])
     parser.add_argument("--max-seconds", type=float, default=150)
-    parser.add_argument("--out", default="docs/vtrace_study")
+    parser.add_argument("--out", default="benchmarks/results/vtrace_study")
     args = parser.parse_args(argv)
     for t in args.targets:
         if t != "off":

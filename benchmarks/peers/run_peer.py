@@ -235,8 +235,7 @@ def main(argv=None) -> int:
                    help="torch intra-op threads (tianji_dask's learner and explorers use 1); 0: the library default")
     args = p.parse_args(argv)
     if args.threads:
-        # before torch loads; Ray's workers inherit the environment. On a small, shared machine more
-        # threads than free cores make every op spin-wait (measured here: 40x slower updates).
+        # before torch loads, and Ray's workers inherit it: more threads than free cores make every op spin-wait
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(args.threads)
         import torch
