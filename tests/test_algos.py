@@ -421,7 +421,14 @@ def test_ppo_learn_on_real_rollouts_improves_the_surrogate():
     rollout = Rollout("CartPole-v1", 4, seed=0)
     chunk = rollout.run(algo, 64, {}, policy_version=0, explorer_id=0)
     algo.ingest(chunk, staleness=0)
+    batch = algo.build_batch([chunk])  # the advantages the update is made from
+    with torch.no_grad():
+        before = algo.loss(batch)[1]["pg_loss"].item()
     metrics = algo.learn()
+    with torch.no_grad():
+        after = algo.loss(batch)[1]["pg_loss"].item()
+    # the clipped surrogate objective (minus pg_loss) on the batch trained on went up
+    assert after < before - 1e-3, (before, after)
     assert metrics["batch_env_steps"] == chunk["env_steps"]
     assert metrics["approx_kl"] > 0 and 0 <= metrics["clipfrac"] <= 1
     assert not algo.ready() and algo.segments == []

@@ -25,6 +25,7 @@ vs_peers = _load("vs_peers", ROOT / "benchmarks" / "vs_peers.py")
 run_peer = _load("run_peer", ROOT / "benchmarks" / "peers" / "run_peer.py")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # about 30 s on a quiet 2-core machine; much more on a loaded one
 def test_solve_writes_every_run_and_the_tables(tmp_path):
     out = tmp_path / "vs"
@@ -101,6 +102,7 @@ def test_peer_runner_time_to_solve_matches_the_projects_rule():
     assert run_peer.time_to_solve(episodes[:99], 0.0) is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_side(tmp_path):
     out = tmp_path / "transfer"
@@ -120,6 +122,7 @@ def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_sid
     assert "| direct path | direct over TCP | raw TCP | raw Unix |" in out.with_suffix(".md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_scaling_runs_each_explorer_count_and_reports_the_machines_cpu(tmp_path):
     out = tmp_path / "scaling"

@@ -109,3 +109,21 @@ def test_chunk_travels_through_dask_serialization_intact(scale):
     validate_chunk(back)
     if scale == 1:  # one message header, the chunk's sub-header, its pickle and one buffer
         assert len(frames) == 4
+
+
+def test_lunarlander_steps_into_valid_chunks_with_its_episodes_counted():
+    from tianji_dask.algos import make_algorithm
+    from tianji_dask.envs import env_spaces
+
+    algo = make_algorithm("ppo", *env_spaces("LunarLander-v3"), {}, seed=0)
+    rollout = Rollout("LunarLander-v3", num_envs=4, seed=0)
+    chunks = [rollout.run(algo, 250, {}, policy_version=0, explorer_id=0) for _ in range(2)]
+    rollout.close()
+    for c in chunks:
+        validate_chunk(c)
+        assert c["obs"].shape == (251, 4, 8) and c["actions"].dtype.kind == "i"
+    # a random lander crashes within a few hundred steps: episodes ended, each one's length and
+    # return the sum of its valid steps
+    episodes = np.concatenate([c["episodes"] for c in chunks])
+    assert len(episodes) >= 4 and (episodes[:, 2] > 0).all()
+    assert episodes[:, 2].sum() <= sum(c["env_steps"] for c in chunks)

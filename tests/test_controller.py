@@ -216,45 +216,53 @@ SLOW_LEARNER = {
 }
 
 
-def _staleness_between(results, t0, t1):
+def _staleness_of_chunks(results, first, last):
+    """Mean staleness of consumed chunks number ``first`` to ``last`` (in consumption order)."""
     h = np.array(results["controller"]["history"])
-    sel = h[(h[:, 0] > t0) & (h[:, 0] <= t1)]
-    assert len(sel) >= 5, f"only {len(sel)} chunks consumed between the marks"
-    return float(sel[:, 4].mean())
+    assert len(h) >= last, f"only {len(h)} chunks consumed"
+    return float(h[first:last, 4].mean())
 
 
+def _wait_for_chunks(run, n, timeout=120):
+    """Block until the controller has booked ``n`` consumed chunks (the timeout only guards a hang)."""
+    deadline = time.time() + timeout
+    while run.controller_state()["chunks_consumed"] < n:
+        assert time.time() < deadline, f"fewer than {n} chunks consumed in {timeout} s"
+        time.sleep(0.1)
+    return run.controller_state()
+
+
+@pytest.mark.slow
 def test_staleness_target_is_held_and_followed(tianji_client, tmp_path):
     settle(tianji_client)
     # the controller off, a wide fixed window: staleness grows to about the window
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "off", overrides={**SLOW_LEARNER, "controller.window": 12})
     run.start()
-    t0 = time.time()
-    time.sleep(7)
+    _wait_for_chunks(run, 80)
     run.stop()
     off = run.wait(timeout=60)
     assert off["controller"]["staleness_target"] is None and off["controller"]["window"] == 12
-    assert _staleness_between(off, t0 + 3, t0 + 7) > 6
+    assert _staleness_of_chunks(off, 30, 80) > 6
 
     # target 2: held after warm-up; then moved to 6 from outside, and followed
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "on", overrides={**SLOW_LEARNER, "controller.staleness_target": 2})
     run.start()
-    t0 = time.time()
-    time.sleep(7)
+    _wait_for_chunks(run, 80)
     state = run.configure(staleness_target=6)
-    t1 = time.time()
+    moved_at = state["chunks_consumed"]
     assert state["staleness_target"] == 6
-    time.sleep(8)
-    live = run.controller_state()
+    live = _wait_for_chunks(run, moved_at + 120)
     run.stop()
     on = run.wait(timeout=60)
-    assert abs(_staleness_between(on, t0 + 3, t1) - 2) <= 1
-    assert abs(_staleness_between(on, t1 + 4, t1 + 8) - 6) <= 1.5
+    assert abs(_staleness_of_chunks(on, 30, moved_at) - 2) <= 1
+    assert abs(_staleness_of_chunks(on, moved_at + 60, moved_at + 120) - 6) <= 1.5
     assert live["window"] > 3  # the window followed the new target
     log = np.array([row for row in on["controller"]["window_log"] if row[3] is not None], dtype=float)
     assert len(log) >= 5 and (log[:, 1] >= 1).all()
     assert on["controller"]["chunks_in_flight"] == 0
 
 
+@pytest.mark.slow
 def test_slow_explorer_does_not_stall_relaxed_ppo(tianji_client, tmp_path):
     # explorer 0 sleeps 10 ms per env step (about 0.6 s per chunk), explorer 1 runs at full speed
     overrides = {
@@ -277,6 +285,7 @@ def test_slow_explorer_does_not_stall_relaxed_ppo(tianji_client, tmp_path):
     assert relaxed["algo_counters"]["dropped_segments"] >= relaxed["chunks_dropped"]["algorithm"]
 
 
+@pytest.mark.slow
 def test_max_staleness_filter_drops_and_counts(tianji_client, tmp_path):
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "filter",
               overrides={**SLOW_LEARNER, "controller.window": 12, "controller.max_staleness": 3, "stop.max_seconds": 6})
@@ -292,6 +301,7 @@ def test_max_staleness_filter_drops_and_counts(tianji_client, tmp_path):
     assert results["updates"] <= results["chunks"] - dropped  # ... and only the rest fed updates
 
 
+@pytest.mark.slow
 def test_replay_ratio_band_paces_explorers(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "rho",
               overrides={"stop.target_return": None, "stop.max_seconds": 8})
@@ -333,7 +343,8 @@ def test_an_explorer_that_always_fails_stops_the_run(tianji_client, tmp_path):
     results = run.start().wait()
     assert results["stop_reason"] == "explorer_failures"
     assert results["error"].startswith("explorer 1 failed 3 chunks in a row; last: RuntimeError: explorer 1")
-    assert results["wall_s"] < 30
+    failed = [lost for lost in results["lost"] if lost["explorer_id"] == 1 and "FailingCartPole" in lost["reason"]]
+    assert len(failed) >= 3  # it stopped on the failures, not on its time budget
     assert results["controller"]["chunks_in_flight"] == 0
     assert (run.out / "results.json").exists()
 
@@ -368,6 +379,7 @@ def test_epsilon_can_follow_learner_updates():
     assert by_updates.exploration(env_steps=0, updates=500)["epsilon"] == pytest.approx(0.52)
 
 
+@pytest.mark.slow
 def test_tianji_pipeline_runs_and_drops_on_refresh(tianji_client, tmp_path):
     # TianJi's setting, publishing every update so refreshes happen during most chunks
     run = Run("tianji_cartpole_dqn", tianji_client, out=tmp_path / "tianji", overrides={

@@ -140,6 +140,7 @@ def _check_rounds(results: dict, groups: int) -> list[dict]:
     return rounds
 
 
+@pytest.mark.slow
 def test_two_groups_of_dqn_solve_cartpole(group_client, tmp_path):
     run = Run("cartpole_dqn", group_client, out=tmp_path / "dqn", overrides={
         "groups": 2, "explorers": 1, "stop.max_seconds": 400})
@@ -163,6 +164,7 @@ def test_two_groups_of_dqn_solve_cartpole(group_client, tmp_path):
         assert set(books["per_explorer_env_steps"]) == {str(g)}
 
 
+@pytest.mark.slow
 def test_on_policy_groups_keep_the_barrier(group_client, tmp_path):
     run = Run("cartpole_ppo", group_client, out=tmp_path / "ppo", overrides={"groups": 2, "stop.max_seconds": 240})
     results = run.start().wait(timeout=300)

@@ -55,6 +55,7 @@ def _spawn(args, log):
     return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.slow
 def test_external_scheduler_and_hand_started_workers(tmp_path):
     log_path = tmp_path / "cluster.log"
     log = open(log_path, "w+")
@@ -102,6 +103,7 @@ def test_no_learner_worker_is_a_clear_error(tmp_path):
             check_roles(client, timeout=1)
 
 
+@pytest.mark.slow
 def test_a_run_over_tls(tmp_path):
     run = Run("cartpole_ppo", out=tmp_path / "tls", overrides={
         "cluster.security": "temporary", "cluster.dashboard_address": None, "stop.max_seconds": 10,

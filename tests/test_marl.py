@@ -193,6 +193,7 @@ def random_play_mean_return(episodes: int, num_envs: int, seed: int) -> float:
     return float(finished[np.argsort(finished[:, 0], kind="stable")][:episodes, 1].mean())
 
 
+@pytest.mark.slow
 def test_maddpg_beats_random_play_on_simple_spread(tmp_path):
     # measured: MADDPG's last 100 episodes beat 100 episodes of random play (about -80) by 18.3,
     # 21.0 and 18.7 at 12k env steps (seeds 0, 1, 2) and by 16.9 and 15.8 at 8k (seeds 0, 1);

@@ -28,25 +28,24 @@ def test_staleness_summary():
     assert staleness_summary(np.zeros(0))["mean"] is None
 
 
-def test_ledger_time_split_counts_nested_parts_once():
-    import time
-
-    from tianji_dask.config import StopConfig
-    from tianji_dask.core.stop import StopRules
+def test_ledger_time_split_counts_nested_parts_once(monkeypatch):
+    from tianji_dask.core import ledger as ledger_module
     from tianji_dask.core.ledger import Ledger
+    from tianji_dask.core.stop import StopRules
 
-    ledger = Ledger(StopRules.of(StopConfig(max_seconds=1)), t_run_start=time.time(), t_process_start=time.time())
-    t0 = time.perf_counter()
+    clock = [100.0]  # a clock the test moves: the split is arithmetic on its readings
+    monkeypatch.setattr(ledger_module.time, "perf_counter", lambda: clock[0])
+    ledger = Ledger(StopRules(max_seconds=1), t_run_start=0.0, t_process_start=0.0)
     with ledger.timed("wait"):
-        time.sleep(0.02)
+        clock[0] += 0.02
         with ledger.timed("submit"):
-            time.sleep(0.03)
+            clock[0] += 0.03
     ledger.record_update({"samples": 1}, 0.01)
-    wall = time.perf_counter() - t0 + 0.01
+    wall = 0.02 + 0.03 + 0.01 + 0.04  # 0.04 s that no part covers
     split = ledger.time_breakdown(wall)
     seconds = split["seconds"]
-    assert 0.02 <= seconds["wait"] < 0.03 and seconds["submit"] >= 0.03
-    assert abs(sum(seconds.values()) - wall) < 1e-3
+    assert seconds["wait"] == pytest.approx(0.02) and seconds["submit"] == pytest.approx(0.03)  # the inner part once
+    assert seconds["other"] == pytest.approx(0.04) and sum(seconds.values()) == pytest.approx(wall)
     # busy = wall - wait; of it, updates and ingesting are the algorithm's, the rest dataflow
     busy = wall - seconds["wait"]
     assert abs(split["dataflow_fraction"] - (busy - 0.01) / busy) < 1e-3

@@ -107,12 +107,14 @@ class _Progress:
         return self
 
     def __call__(self, status: dict) -> None:
+        from rich.text import Text
+
         if self.quiet or "version" not in status:
             return
         if self.live is not None:
-            self.live.update(self.line(status))
+            self.live.update(Text(self.line(status)))  # plain text: "[relaxed]" is not markup
         elif time.time() - self.last_line > 5:
-            self.console.print(self.line(status), highlight=False)
+            self.console.print(Text(self.line(status)), highlight=False)
             self.last_line = time.time()
 
     def __exit__(self, *exc):

@@ -65,7 +65,7 @@ class StopConfig(_Strict):
 
 
 class ControllerConfig(_Strict):
-    """Admission of explorer work (see DESIGN: staleness and the control law).
+    """Admission of explorer work (docs/design.md, "Credits and the window law").
 
     Without ``staleness_target`` the window of chunks in flight is fixed. With it, the window
     moves toward the target once per control period, clamped to [window_min, window_max]. For

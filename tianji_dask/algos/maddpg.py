@@ -32,7 +32,7 @@ class MADDPGConfig(AlgoConfig):
     """Defaults follow the MADDPG paper's particle-env settings (gamma 0.95, tau 0.01, gradient
     clip 0.5, a small penalty on the actor's logits, two 64-unit layers) but with a learning rate
     of 1e-3 instead of 1e-2, minibatches of 256 instead of 1024 and an update every 4 env steps
-    instead of every 100: simple_spread improves within 10k env steps on a small CPU."""
+    instead of every 100, so that simple_spread improves within a short run on a small CPU."""
 
     hidden: tuple[int, ...] = (64, 64)
     activation: Literal["relu", "tanh"] = "relu"

@@ -34,7 +34,7 @@ class PPOConfig(AlgoConfig):
     epochs and larger batches."""
 
     hidden: tuple[int, ...] = (64, 64)
-    #: relu: tanh is several times slower per element on CPU, and solves no faster here
+    #: relu: tanh costs several times as much per element on CPU
     activation: Literal["relu", "tanh"] = "relu"
     #: one trunk for actor and critic (otherwise two, as in CleanRL)
     shared_trunk: bool = False
@@ -48,8 +48,7 @@ class PPOConfig(AlgoConfig):
     num_minibatches: int = Field(8, ge=1)
     clip_coef: float = Field(0.2, gt=0.0)
     #: CleanRL's clipped value loss; off: with unnormalised returns (tens to hundreds) it keeps
-    #: the critic within clip_coef of its old values, which halves CartPole's speed and stalls
-    #: LunarLander near a return of 100
+    #: the critic within clip_coef of its old values and slows learning
     clip_vloss: bool = False
     ent_coef: float = Field(0.01, ge=0.0)
     vf_coef: float = Field(0.5, ge=0.0)

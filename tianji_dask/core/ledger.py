@@ -238,7 +238,7 @@ class Ledger:
 
 class _Timed:
     """``Ledger.timed``'s context manager: a plain class, as the learner enters a few of these per
-    update (a generator-based one cost about 0.8% of its wall time in a profile)."""
+    update and a generator-based one costs several times as much to enter."""
 
     __slots__ = ("ledger", "part", "t0")
 

@@ -12,8 +12,8 @@ class Rows:
     """An append-only table of float64 rows: a numpy buffer, and optionally a file on disk.
 
     The chunk log and the episodes grow with every chunk for the whole run (they become
-    chunks.csv and episodes.csv). As Python tuples of floats a chunk row took about 330 bytes of
-    the learner's memory; here it takes 8 bytes a field (88). With ``spill`` (a path), the
+    chunks.csv and episodes.csv), so a row is 8 bytes a field, not a tuple of Python floats. With
+    ``spill`` (a path), the
     buffer is bounded: when it fills, its older half is appended to that file as raw float64, so
     the learner's memory stays flat however long the run. Without it, the buffer doubles."""
 

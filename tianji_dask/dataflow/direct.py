@@ -1,9 +1,9 @@
 """Large chunks go from explorer to learner over a direct TCP connection, not Dask's gather.
 
-Dask moves a task result between workers at a fixed cost of a few milliseconds (the request, its
-msgpack framing, serialization, tornado's reads on the event loop) and, measured on 2 cores, at
-0.09-0.54 of raw loopback TCP for 1-64 MiB chunks (``benchmarks/vs_peers.py transfer``). For a
-chunk of pixels that is most of its cost. So a chunk of at least ``min_bytes`` is sent by the
+Dask moves a task result between workers at a fixed cost per transfer (the request, its msgpack
+framing, serialization, tornado's reads on the event loop) and well below the speed of a plain
+socket (``benchmarks/vs_peers.py transfer`` measures both). For a chunk of pixels that is most of
+its cost. So a chunk of at least ``min_bytes`` is sent by the
 explorer task itself to a ``ChunkSink`` in the learner's process, as one message: a small pickled
 layout, then the arrays' own memory (scatter-gather from the sender's arrays, one receive buffer
 on the other side whose views become the chunk's arrays). The sink answers one byte once it holds
@@ -14,9 +14,9 @@ process. A sink that dies or goes away fails the task, as a dead worker would; o
 take the short way.
 
 On Linux the sink also listens on an abstract Unix socket under a random name, and a sender tries
-it first: it connects only on the sink's own host (and network namespace), where it moved 4-64 MiB
-chunks about 1.5 times as fast as loopback TCP; anywhere else the connection fails at once and the
-chunk goes over TCP (``benchmarks/vs_peers.py transfer`` measures both). Plain TCP comms only: when the
+it first: it connects only on the sink's own host (and network namespace), where it is faster
+than loopback TCP; anywhere else the connection fails at once and the chunk goes over TCP. Plain
+TCP comms only: when the
 cluster's comms are TLS (or anything but ``tcp://``), the direct path is off, so no byte leaves a
 worker unencrypted. This module imports no algorithm code.
 """
@@ -40,18 +40,15 @@ from tianji_dask.chunk import array_layout, arrays_from
 _HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
 _ACK = b"\x01"  # the sink's answer once it holds a chunk
 POOL_BYTES = 256 * 2**20  # receive buffers kept for reuse by one sink, at most
-#: a Unix socket's send buffer (the kernel caps it at net.core.wmem_max): its default, ~208 KiB,
-#: takes a 1 MiB chunk in five writes, each a wake-up of both sides and a GIL handover in both
-#: processes; 4 MiB (doubled by the kernel) takes it in one. Measured alternately, four runs each
-#: (``benchmarks/vs_peers.py transfer --sizes-mib 1``): 0.83-1.12 of raw TCP against 0.74-0.78.
-#: TCP sockets keep the kernel's own, which grows as needed.
+#: a Unix socket's send buffer (the kernel caps it at net.core.wmem_max): large enough that a
+#: 1 MiB chunk goes in one write, not one wake-up of both processes per default-sized buffer
 UNIX_SEND_BUFFER = 4 * 2**20
 
 
 def encode(chunk: dict) -> tuple[bytes, list]:
     """A chunk as (layout, body parts): the layout (its type, where each array goes in the body, as
     a packed SampleChunk lays it out, and the non-array values) pickled small; the body the arrays'
-    own memory with padding between them. No array is copied or pickled (~17 us each)."""
+    own memory with padding between them. No array is copied or pickled."""
     if not isinstance(chunk, dict):
         raise TypeError(f"direct send: a chunk is a dict, got {type(chunk).__name__}")
     arrays = [(k, v) for k, v in chunk.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject]
@@ -210,7 +207,7 @@ class ChunkSink:
 
     def _buffer(self, nbytes: int) -> np.ndarray:
         """A receive buffer of ``nbytes``: a pooled one whose last chunk is gone (its pages already
-        mapped: a fresh 64 MiB buffer costs 16k page faults, ~10 ms here), else a new one, pooled
+        mapped: a fresh large buffer costs a page fault per 4 KiB), else a new one, pooled
         while the pool holds less than POOL_BYTES."""
         with self._cond:
             for buf in self._pool:

@@ -1,0 +1,131 @@
+"""Every use of dask/distributed beyond its public API, exercised on the installed release: a Dask
+upgrade that breaks one of them fails here, by name, before anything else."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, as_completed
+
+from tianji_dask import dask_internals
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def test_a_scatter_and_a_scheduler_call_leave_without_blocking(client):
+    worker = next(iter(client.scheduler_info()["workers"]))
+    done = dask_internals.scatter_nowait(client, {"tianji-test-w": np.arange(3)}, worker)
+    future = done.result(timeout=10)["tianji-test-w"]
+    assert np.array_equal(future.result(), np.arange(3)) and future.key == "tianji-test-w"
+    identity = dask_internals.on_client_loop(client, client.scheduler.identity()).result(timeout=10)
+    assert worker in identity["workers"]
+
+
+def test_waiting_on_as_completed_ends_at_its_timeout_or_at_a_result(client):
+    ac = as_completed([], with_results=True)
+    dask_internals.wait_any_completed(ac, 0.2)  # returns although nothing will ever complete
+    assert not ac.has_ready()
+    ac.add(client.submit(lambda: 42, pure=False))
+    dask_internals.wait_any_completed(ac, 30)
+    assert ac.has_ready() and ac.next_batch(block=False)[0][1] == 42
+
+
+def test_the_key_name_cache_can_be_read_and_cleared():
+    from dask.utils import key_split
+
+    key_split("tianji-explore-abc-0123456789ab")
+    assert dask_internals.key_cache_size() >= 1
+    dask_internals.clear_key_cache()
+    assert dask_internals.key_cache_size() == 0
+
+
+def test_scheduler_handlers_span_folding_and_task_metrics(client):
+    def install(dask_scheduler=None):
+        dask_internals.add_scheduler_handlers(dask_scheduler, {"tianji_test_echo": lambda value=None: value})
+
+    client.run_on_scheduler(install)
+    assert client.sync(client.scheduler.tianji_test_echo, value=7) == 7
+    futures = [client.submit(lambda: 1, key=f"tianji-explore-fold-{i}", pure=False) for i in range(8)]
+    client.gather(futures)
+
+    def fold(dask_scheduler=None):
+        ts = dask_scheduler.tasks["tianji-explore-fold-0"]
+        span = dask_scheduler.extensions["spans"].spans[ts.group.span_id]
+        before = len(span._metadata["collections"])
+        dask_internals.fold_span_collections(dask_scheduler, "tianji-explore-fold-0", 2)
+        return before, len(span._metadata["collections"])
+
+    before, after = client.run_on_scheduler(fold)
+    assert before >= 8 and after == 1  # identical descriptions folded into one
+    deadline = time.time() + 30  # workers send their metrics with their heartbeats
+    while not any(k[0] == "execute" and k[1] == "tianji-explore-fold" and k[-1] == "seconds" for k in
+                  client.run_on_scheduler(lambda dask_scheduler=None: dask_internals.task_prefix_metrics(dask_scheduler))):
+        assert time.time() < deadline, "no fine performance metrics for the tasks"
+        time.sleep(0.1)
+
+
+def test_a_spec_cluster_takes_named_workers_of_its_template():
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        spec = dask_internals.worker_template(cluster)
+        spec["options"].update(resources={"EXPLORER": 1})
+        dask_internals.add_workers(cluster, {"tianji-test-explorer": spec})
+        assert list(cluster.workers) == ["tianji-test-explorer"]
+        assert cluster.new_spec["options"].get("resources") is None  # the template itself unchanged
+
+
+def test_a_jobqueue_job_outside_the_pool_is_made_like_the_pools_own():
+    from dask_jobqueue import SLURMCluster
+
+    with SLURMCluster(cores=1, memory="1GiB", processes=1, scheduler_options={"dashboard_address": None}) as cluster:
+        job = dask_internals.jobqueue_job(cluster, "tianji-learner-0", cores=2, memory="2GiB", job_name="tianji-learner",
+                                          worker_extra_args=["--resources", "LEARNER=1"])
+        script = job.job_script()
+        assert "tianji-learner" in script and "LEARNER=1" in script and cluster.scheduler_address in script
+
+
+def test_dashboard_pages_go_into_the_table_and_onto_a_running_scheduler():
+    from distributed import Scheduler
+
+    table = dask_internals.scheduler_page_table()
+    assert isinstance(table, dict) and "/status" in table
+    assert dask_internals.dashboard_template() is not None
+
+    async def scenario():
+        async with Scheduler(dashboard_address=":0", dashboard=True) as scheduler:
+            def make(scheduler, extra, doc):  # how the dashboard calls a page's maker
+                doc.title = "test"
+
+            assert dask_internals.add_page_to_running_scheduler(scheduler, "/tianji-test", make)
+            assert not dask_internals.add_page_to_running_scheduler(scheduler, "/tianji-test", make)  # already there
+
+    import asyncio
+
+    asyncio.run(scenario())
+
+
+def test_an_actor_handle_from_its_address_and_key(client):
+    class Counter:
+        n = 0
+
+        def add(self):
+            self.n += 1
+            return self.n
+
+    actor = client.submit(Counter, actor=True, key="tianji-test-counter").result()
+    worker = next(iter(client.scheduler_info()["workers"]))
+
+    def call_from_worker():
+        from distributed import get_worker
+
+        handle = dask_internals.actor_handle(Counter, worker, "tianji-test-counter", get_worker())
+        return handle.add().result()
+
+    assert actor.add().result() == 1
+    assert client.submit(call_from_worker, pure=False).result() == 2
