@@ -117,7 +117,9 @@ class FakeAdmission:
     def answered(self):
         return self.waiting
 
-    def may_ask(self, progress, in_flight):
+    ask_again_at = None
+
+    def may_ask(self, samples_trained, starving, in_flight):
         return True
 
     def request(self, *, consumed, held, want, version, progress, status):

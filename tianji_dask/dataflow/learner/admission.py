@@ -25,7 +25,8 @@ class AdmissionClient:
             chunk_env_steps=chunk_env_steps, group=group, **rebuilt_flag,
         ))
         self._request = None  # (concurrent future, [(key, stream)] asked, futures held until the answer)
-        self._ask_again_at: float | None = None
+        #: the samples trained at which the controller's last answer said one more chunk can be granted
+        self.ask_again_at: float | None = None
 
     def set_window(self, window: int) -> None:
         """Start this learner's books at ``window`` (a resumed run goes on with its window)."""
@@ -44,12 +45,10 @@ class AdmissionClient:
     def answered(self) -> bool:
         return self._request is not None and self._request[0].done()
 
-    def may_ask(self, progress: Progress | None, in_flight: int) -> bool:
-        """False while the controller's last refusal still holds: fewer samples trained than it
+    def may_ask(self, samples_trained: float, starving: bool, in_flight: int) -> bool:
+        """False while the controller's last answer still holds: fewer samples trained than it
         named, and the learner not starving with nothing in flight (which it always admits)."""
-        if self._ask_again_at is None or progress is None:
-            return True
-        return (progress.starving and in_flight == 0) or progress.samples_trained >= self._ask_again_at
+        return self.ask_again_at is None or samples_trained >= self.ask_again_at or (starving and in_flight == 0)
 
     def request(self, *, consumed: list[Consumption], held: list, want: list[tuple[str, int]], version: int,
                 progress: Progress | None, status: dict | None) -> None:
@@ -69,7 +68,7 @@ class AdmissionClient:
         answer = CycleReply.from_wire(future.result())
         self._request = None
         self.params = answer.params
-        self._ask_again_at = answer.ask_again_at_samples
+        self.ask_again_at = answer.ask_again_at_samples
         granted = set(answer.granted)
         return [(key, stream) for key, stream in want if key in granted], held
 

@@ -23,10 +23,12 @@ class RelaxedLoop(Loop):
         if self._holding():
             return 0
         in_flight = self.stream.in_flight + self.admission.asked
-        n_want = max(0, self.admission.params.window - in_flight - len(self._pending))
-        if n_want and not self.admission.may_ask(self._progress(), in_flight):
-            return 0
-        return n_want
+        n_want = self.admission.params.window - in_flight - len(self._pending)
+        if n_want > 0 and self.admission.ask_again_at is not None:
+            progress = self.core.algo.replay_progress()
+            if progress is not None and not self.admission.may_ask(progress["samples_trained"], not self.core.ready(), in_flight):
+                return 0
+        return max(0, n_want)
 
     def _pass(self) -> None:
         core = self.core
