@@ -2,7 +2,8 @@
 
     python benchmarks/import_time.py [--rounds 7] [--python PYTHON] [--out benchmarks/results/import_time]
 
-Each round runs every statement once in a new interpreter, in turn, so neighbours share the
+Each round runs every statement once in a new interpreter started in this checkout (so it is
+this checkout's package that is timed), in turn, so neighbours share the
 machine's noise; it reports each statement's median wall time over the rounds, its range, and the
 median of the per-round ratios to ``import torch, gymnasium``.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_report  # noqa: E402 - a sibling script
 
+ROOT = Path(__file__).resolve().parent.parent  # the checkout whose package is timed (python -c looks in its cwd first)
 BASELINE = "import torch, gymnasium"
 STATEMENTS = {
     "import torch, gymnasium": BASELINE,
@@ -30,7 +32,7 @@ STATEMENTS = {
 
 def wall(python: str, statement: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([python, "-c", statement], check=True)
+    subprocess.run([python, "-c", statement], check=True, cwd=ROOT)
     return time.perf_counter() - t0
 
 

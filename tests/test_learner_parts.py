@@ -147,7 +147,7 @@ def test_admission_asks_only_when_the_controllers_floor_can_grant(cluster):
 
 
 # ---- the weights publisher ------------------------------------------------------------------------
-def test_scattered_weights_publish_one_version_at_a_time_without_blocking(cluster):
+def test_scattered_weights_reach_the_cluster(cluster):
     cl, client = cluster
     worker = next(iter(cl.workers.values())).address
     publisher = WeightsPublisher(client, worker, "w1", inline=False)
@@ -155,14 +155,38 @@ def test_scattered_weights_publish_one_version_at_a_time_without_blocking(cluste
     publisher.publish(0, weights, wait=True)
     newest = publisher.newest()
     assert newest.version == 0 and np.array_equal(newest.weights.result()["w"], weights["w"])
-    publisher.publish(1, {"w": weights["w"] + 1})
-    publisher.publish(2, {"w": weights["w"] + 2})  # a scatter is under way: this one is skipped
-    deadline = time.time() + 10
-    while publisher.newest().version != 1:
-        assert time.time() < deadline
-        time.sleep(0.01)
-    assert publisher.counts == {"inline": 0, "scattered": 2} and publisher.version == 1
+    assert newest.weights.key == "tianji-weights-w1-0" and publisher.counts == {"inline": 0, "scattered": 1}
     publisher.close()
+
+
+def test_one_scatter_at_a_time_and_tasks_get_the_newest_completed(monkeypatch):
+    from tianji_dask import dask_internals
+
+    scatters = []  # the scatter call, held until the test completes it
+
+    def scatter_nowait(client, data, worker):
+        scatters.append((concurrent.futures.Future(), data))
+        return scatters[-1][0]
+
+    monkeypatch.setattr(dask_internals, "scatter_nowait", scatter_nowait)
+    publisher = WeightsPublisher(None, "tcp://learner:1", "w3", inline=False)
+
+    def complete(i):
+        future, data = scatters[i]
+        future.set_result({key: f"ref-{key}" for key in data})
+
+    publisher.publish(0, {"w": np.zeros(1)})
+    complete(0)
+    assert publisher.newest().version == 0
+    publisher.publish(1, {"w": np.ones(1)})
+    assert publisher.scattering and publisher.newest().version == 0  # tasks go on with version 0 meanwhile
+    publisher.publish(2, {"w": np.ones(1)})  # one under way: skipped, the next submission publishes anew
+    assert len(scatters) == 2 and publisher.counts["scattered"] == 2 and publisher.version == 1
+    complete(1)
+    newest = publisher.newest()
+    assert (newest.version, newest.weights) == (1, "ref-tianji-weights-w3-1") and not publisher.scattering
+    publisher.publish(3, {"w": np.ones(1)})
+    assert len(scatters) == 3
 
 
 def test_inline_weights_and_what_a_refresh_would_have_dropped():

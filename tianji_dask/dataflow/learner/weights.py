@@ -62,15 +62,19 @@ class WeightsPublisher:
         self._scatter = (version, key, dask_internals.scatter_nowait(self._client, {key: weights}, self._worker))
         if wait:
             self._scatter[2].result()
-        self.newest()
+        self._collect()
 
     def newest(self) -> Published:
         """The newest version explorer tasks can get now."""
+        self._collect()
+        return self._newest[-1]
+
+    def _collect(self) -> None:
+        """Install the scatter under way once it has completed."""
         if self._scatter is not None and self._scatter[2].done():
             version, key, done = self._scatter
             self._scatter = None
             self._install(version, done.result()[key])
-        return self._newest[-1]
 
     def _install(self, version: int, weights) -> None:
         self._newest.append(Published(version, weights))
