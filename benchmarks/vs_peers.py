@@ -51,6 +51,9 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "cartpole_dqn": ("CartPole-v1", "dqn", 475.0),
     "lunarlander_ppo": ("LunarLander-v3", "ppo", 200.0),
     "lunarlander_dqn": ("LunarLander-v3", "dqn", 200.0),
+    "pendulum_sac": ("Pendulum-v1", "sac", -200.0),
+    "halfcheetah_sac": ("HalfCheetah-v5", "sac", 3000.0),
+    "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
 PEERS = ("rllib", "sb3")

@@ -38,3 +38,15 @@ class FailingCartPole(CartPoleEnv):
 
 if "FailingCartPole-v0" not in gym.registry:
     gym.register("FailingCartPole-v0", entry_point=FailingCartPole, max_episode_steps=500)
+
+
+class UnboundedPendulum(gym.Wrapper):
+    """Pendulum whose action space claims no bounds (what SAC cannot squash its actions into)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(gym.make("Pendulum-v1", **kwargs))
+        self.action_space = gym.spaces.Box(-float("inf"), float("inf"), (1,), "float32")
+
+
+if "UnboundedPendulum-v0" not in gym.registry:
+    gym.register("UnboundedPendulum-v0", entry_point=UnboundedPendulum)

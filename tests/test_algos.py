@@ -747,7 +747,7 @@ def test_adam_matches_the_textbook_update():
 @pytest.mark.parametrize("name", ["dqn", "ppo", "impala"])
 def test_unsupported_spaces_raise(name):
     with pytest.raises(ValueError, match="Discrete"):
-        make_algorithm(name, OBS, gym.spaces.Box(-1, 1, (2,)), {})
+        make_algorithm(name, OBS, gym.spaces.MultiBinary(2), {})
     with pytest.raises(ValueError, match="Box"):
         make_algorithm(name, gym.spaces.Discrete(3), ACT, {})
     with pytest.raises(ValueError):  # unknown hyperparameters are errors

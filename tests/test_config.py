@@ -61,7 +61,7 @@ CASES = [
     ("negative direct-path threshold", _with(learner={"direct_chunks_min_mib": -1}),
      "learner.direct_chunks_min_mib: Input should be greater than or equal to 0"),
     ("algo out of range", _with(algo__config__lr=-1.0), "algo.config.lr: Input should be greater than 0"),
-    ("unknown algorithm", _with(algo__name="sac"), "algo.name: must be one of dqn, impala, maddpg, ppo"),
+    ("unknown algorithm", _with(algo__name="a2c"), "algo.name: must be one of dqn, impala, maddpg, ppo, sac"),
     ("bad mode", _with(mode="fast"), "mode: Input should be 'relaxed', 'lockstep' or 'single'"),
     ("unknown env id", _with(env__id="CartPole-v9"), "env.id: unknown gymnasium id 'CartPole-v9' (did you mean"),
     ("missing field", _with(env=...), "env: required"),
@@ -170,6 +170,10 @@ def test_cli_process_exits_2_without_traceback(tmp_path):
     "changes,message",
     [
         ({"env__id": "Pendulum-v1"}, "algo.name: DQN: only Discrete action spaces are supported"),
+        ({"algo__name": "sac", "algo__config": {}}, "algo.name: sac: only Box (continuous, one-dimensional) action spaces are supported"),
+        ({"env__id": "CarRacing-v3", "algo__name": "sac", "algo__config": {}}, "algo.name: sac: continuous actions need flat Box observations"),
+        ({"env__id": "sleepy_env:UnboundedPendulum-v0", "algo__name": "sac", "algo__config": {}},
+         "algo.name: sac: only Box action spaces with finite bounds are supported"),
         ({"env__kwargs": {"no_such_option": 1}}, "env: cannot create CartPole-v1 with kwargs"),
     ],
 )

@@ -41,7 +41,8 @@ class Rollout:
         self.env_steps = 0
 
     def run(self, policy, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
-        """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk."""
+        """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk. The env
+        receives ``policy.env_action`` of each action; the chunk keeps the action itself."""
         t_start = time.time()
         n = self.num_envs
         obs_buf = np.empty((n_steps + 1, n, *self.obs.shape[1:]), dtype=self.obs.dtype if self.obs.dtype == np.uint8 else np.float32)
@@ -53,6 +54,8 @@ class Rollout:
         extra_bufs: dict[str, np.ndarray] = {}
         episodes: list[tuple[float, float, int]] = []
         obs = self.obs
+        # policies outside the Algorithm interface (test doubles) act in the env's own terms
+        env_action = getattr(policy, "env_action", lambda a: a)
         for t in range(n_steps):
             obs_buf[t] = obs
             action, extra = policy.act(obs, explore)
@@ -61,7 +64,7 @@ class Rollout:
             actions[t] = action
             for k, v in extra.items():
                 keep_extra(extra_bufs, k, t, v, n_steps)
-            obs, reward, term, trunc, step_info = self.env.step(action)
+            obs, reward, term, trunc, step_info = self.env.step(env_action(action))
             valid[t] = ~self.resetting
             rewards[t] = np.where(valid[t], reward, 0.0)
             for k in INFO_EXTRAS:

@@ -30,6 +30,9 @@ TASKS = {
     "cartpole_dqn": ("CartPole-v1", "dqn", 475.0),
     "lunarlander_ppo": ("LunarLander-v3", "ppo", 200.0),
     "lunarlander_dqn": ("LunarLander-v3", "dqn", 200.0),
+    "pendulum_sac": ("Pendulum-v1", "sac", -200.0),
+    "halfcheetah_sac": ("HalfCheetah-v5", "sac", 3000.0),
+    "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
 }
 WINDOW = 100
 
@@ -74,6 +77,12 @@ SB3_ZOO = {
         learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
         target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
         exploration_final_eps=0.1, policy_kwargs=dict(net_arch=[256, 256]))),
+    "pendulum_sac": dict(n_timesteps=2e4, n_envs=1, kwargs=dict(learning_rate=1e-3)),
+    "halfcheetah_sac": dict(n_timesteps=1e6, n_envs=1, kwargs=dict(learning_starts=10_000)),
+    "hopper_ppo": dict(n_timesteps=1e6, n_envs=1, normalize=True, kwargs=dict(
+        batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2,
+        n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
+        policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu", net_arch=dict(pi=[256, 256], vf=[256, 256])))),
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
@@ -97,8 +106,16 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
         kwargs[name] = zoo_linear(start)
     if "exploration_fraction" in kwargs:
         kwargs["exploration_fraction"] *= frac
-    env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed)  # each env wrapped in Monitor
-    cls = {"ppo": sb3.PPO, "dqn": sb3.DQN}[algo]
+    if kwargs.get("policy_kwargs", {}).get("activation_fn") == "relu":
+        import torch
+
+        kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"], "activation_fn": torch.nn.ReLU}
+    env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed)  # each env wrapped in Monitor: raw returns
+    if zoo.get("normalize"):  # the zoo's VecNormalize, outside the Monitors
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
+    cls = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
     t_built = time.time()
     record.update(t_built=t_built, config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
@@ -162,6 +179,31 @@ def rllib_config(task: str, seed: int):
         from ray.rllib.algorithms.dqn import DQNConfig
 
         return DQNConfig().environment("LunarLander-v3")
+    if task in ("pendulum_sac", "halfcheetah_sac"):  # tuned_examples/sac/pendulum_sac.py and halfcheetah_sac.py
+        from torch import nn
+
+        from ray.rllib.algorithms.sac import SACConfig
+
+        pendulum = task == "pendulum_sac"
+        training = dict(actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None, n_step=(2, 5)) if pendulum else dict(actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, lr=None, n_step=1)
+        return (SACConfig().environment(env_id)
+                .training(initial_alpha=1.001, target_entropy="auto", tau=0.005, train_batch_size_per_learner=256,
+                          target_network_update_freq=1,
+                          replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100000,
+                                                "alpha": 1.0 if pendulum else 0.6, "beta": 0.0 if pendulum else 0.4},
+                          num_steps_sampled_before_learning_starts=256 if pendulum else 10000, **training)
+                .rl_module(model_config=DefaultModelConfig(
+                    fcnet_hiddens=[256, 256], fcnet_activation="relu", fcnet_kernel_initializer=nn.init.xavier_uniform_,
+                    head_fcnet_hiddens=[], head_fcnet_activation=None, head_fcnet_kernel_initializer="orthogonal_",
+                    head_fcnet_kernel_initializer_kwargs={"gain": 0.01})))
+    if task == "hopper_ppo":  # tuned_examples/ppo/benchmark_ppo_mujoco.py's settings, one env runner
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        return (PPOConfig().environment(env_id)
+                .training(gamma=0.99, lambda_=0.95, lr=0.0003, num_epochs=15, train_batch_size_per_learner=2048,
+                          minibatch_size=64, vf_loss_coeff=0.01)
+                .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
+                                                           vf_share_layers=True)))
     raise KeyError(task)
 
 

@@ -10,9 +10,10 @@ def algorithm_registry() -> dict[str, tuple[type[Algorithm], type[AlgoConfig]]]:
     from tianji_dask.algos.impala import IMPALA, IMPALAConfig
     from tianji_dask.algos.maddpg import MADDPG, MADDPGConfig
     from tianji_dask.algos.ppo import PPO, PPOConfig
+    from tianji_dask.algos.sac import SAC, SACConfig
 
     return {"dqn": (DQN, DQNConfig), "impala": (IMPALA, IMPALAConfig), "maddpg": (MADDPG, MADDPGConfig),
-            "ppo": (PPO, PPOConfig)}
+            "ppo": (PPO, PPOConfig), "sac": (SAC, SACConfig)}
 
 
 def make_algorithm(name: str, obs_space, action_space, config: AlgoConfig | dict, seed: int = 0) -> Algorithm:

@@ -54,6 +54,11 @@ class Algorithm(ABC):
         (e.g. log-probabilities and values). ``explore`` holds exploration parameters from
         ``exploration()`` (e.g. epsilon)."""
 
+    def env_action(self, actions: np.ndarray) -> np.ndarray:
+        """What ``env.step`` receives for the ``actions`` that ``act`` returned (e.g. clipped or
+        rescaled to a Box's bounds). Chunks keep ``actions`` themselves: what the policy sampled."""
+        return actions
+
     def exploration(self, env_steps: int, updates: int) -> dict:
         """Exploration parameters for explorers, given the learner's progress so far."""
         return {}

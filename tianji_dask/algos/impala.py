@@ -16,6 +16,9 @@ Episode boundaries follow the chunk format (see ``tianji_dask/chunk.py``): a ter
 bootstrap; a truncated step bootstraps from the value of the true final observation (frame t+1);
 the segment's last step bootstraps from frame T; the autoreset step after an episode's end is
 invalid: it gets no target and no loss.
+
+Box action spaces get the diagonal Gaussian policy (``gaussian.py``, as for PPO): pi/mu is then a
+ratio of densities, taken from the same ``evaluate`` as the losses' log-probabilities.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class IMPALAConfig(AlgoConfig):
     #: segments from a policy more than this many versions old are dropped; None: V-trace
     #: corrects any lag, nothing is dropped
     max_policy_lag: int | None = Field(None, ge=0)
+    #: normalize observations by their running mean and std (CleanRL's NormalizeObservation)
+    normalize_obs: bool = False
 
 
 def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, rewards: np.ndarray, values: np.ndarray,
@@ -142,12 +147,12 @@ class IMPALA(SegmentActorCritic, Algorithm):
         for seg in segments:
             T, N = seg["rewards"].shape
             valid = seg["valid"]
-            obs = torch.as_tensor(seg["obs"]).to(self.device).reshape((T + 1) * N, -1)
-            logits, values = self.net(obs)
-            logp_all = torch.log_softmax(logits[: T * N], dim=1)
-            actions = torch.as_tensor(seg["actions"], dtype=torch.long).to(self.device).reshape(-1, 1)
-            target_logp = logp_all.gather(1, actions).reshape(T, N)
-            entropy = -(logp_all.exp() * logp_all).sum(1).reshape(T, N)
+            obs = torch.as_tensor(self._obs(seg["obs"])).to(self.device).reshape((T + 1) * N, -1)
+            actions = torch.as_tensor(seg["actions"]).to(self.device).flatten(0, 1)
+            # frame T has no action: its row is padding, only its value (the bootstrap) is used
+            logp, entropy, values = self.net.evaluate(obs, torch.cat([actions, actions[-N:]]))
+            target_logp = logp[: T * N].reshape(T, N)
+            entropy = entropy[: T * N].reshape(T, N)
             behaviour_logp = extras(seg)["logprob"]
             target_logp_np = target_logp.detach().cpu().numpy()
             vs, adv = vtrace(behaviour_logp, target_logp_np, seg["rewards"],
@@ -166,7 +171,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
             parts["rho"].append(torch.from_numpy(ratio[valid]).to(self.device))
             if keep_inputs:
                 parts["obs"].append(obs.reshape(T + 1, N, -1)[:T][mask])
-                parts["actions"].append(actions.reshape(T, N)[mask])
+                parts["actions"].append(actions.reshape(T, N, *actions.shape[1:])[mask])
         return {k: torch.cat(v) for k, v in parts.items()}
 
     def _loss_of(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -217,6 +222,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
                     stats = self._step(self._loss_of(self._reevaluate({k: v[idx] for k, v in fixed.items()})))
         self.updates += 1
         self._drop_stale()
+        self._fold_statistics()
         B = sum(int(s["env_steps"]) for s in segments)
         metrics = {k: float(v) for k, v in stats.items()}  # of the last gradient step
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B), segments=float(len(segments)),
@@ -235,10 +241,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
     def _reevaluate(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A minibatch of fixed terms with the target log-probability, entropy and value
         recomputed (with gradients) under the current network."""
-        logits, values = self.net(b["obs"])
-        logp_all = torch.log_softmax(logits, dim=1)
-        return {**b, "logp": logp_all.gather(1, b["actions"].reshape(-1, 1)).reshape(-1),
-                "entropy": -(logp_all.exp() * logp_all).sum(1), "value": values.reshape(-1)}
+        logp, entropy, values = self.net.evaluate(b["obs"], b["actions"])
+        return {**b, "logp": logp, "entropy": entropy, "value": values.reshape(-1)}
 
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
@@ -246,8 +250,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Network, optimizer, counters and RNG. Segments collected for the next batch are not
-        saved: a resumed run gathers fresh ones."""
+        """Network, optimizer, counters, RNG and normalization statistics. Segments collected for
+        the next batch are not saved: a resumed run gathers fresh ones."""
         if self.optimizer is None:
             self._make_optimizer()
         return {
@@ -256,6 +260,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
             "updates": self.updates,
             "counters": self.counters(),
             "rng": self.rng.bit_generator.state,
+            **self._statistics_state(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -267,4 +272,5 @@ class IMPALA(SegmentActorCritic, Algorithm):
         self.late_segments_used = int(state["counters"]["late_segments_used"])
         self.max_lag_used = int(state["counters"]["max_lag_used"])
         self.rng.bit_generator.state = state["rng"]
+        self._load_statistics_state(state)
         self.segments, self.segment_versions = [], []

@@ -1,7 +1,8 @@
 """Networks for the algorithms: a Q-network (optionally dueling) and an actor-critic.
 
 Flat Box observations go through an MLP; image observations (C, H, W), such as Atari's stacked
-uint8 frames, through the Nature-DQN convolutional encoder first. Actions are Discrete.
+uint8 frames, through the Nature-DQN convolutional encoder first. Actions are Discrete here;
+continuous actions' networks are in ``gaussian.py`` (PPO, IMPALA) and ``sac.py``.
 """
 
 from __future__ import annotations
@@ -268,6 +269,13 @@ class ActorCritic(nn.Module):
             hv = chain(self.critic_trunk, x if self.critic_encoder is None else encode(self.critic_encoder, obs))
         logits = F.linear(h, self.actor_head.weight, self.actor_head.bias)
         return logits, F.linear(hv, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities of ``actions`` [B], policy entropies [B], values [B])."""
+        logits, value = self(obs)
+        logp_all = torch.log_softmax(logits, dim=1)
+        logprob = logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        return logprob, -(logp_all.exp() * logp_all).sum(1), value
 
 
 class Adam:

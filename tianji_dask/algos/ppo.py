@@ -11,6 +11,10 @@ Values are not carried in chunks: ``learn()`` evaluates the current critic on ev
 segment, which gives V(obs[t]), the bootstrap value after a truncation (the true final
 observation obs[t+1]) and after the segment's last step (obs[T]). For fresh segments this is
 exactly CleanRL's stored value; for stale ones it is the better estimate.
+
+Box action spaces get CleanRL's ppo_continuous_action.py policy (a diagonal Gaussian with a
+state-independent log-std; actions clipped to the bounds only in the env), and optionally its
+observation normalization and reward scaling, kept by the learner (see ``normalize.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.normalize import RewardScaler
 from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.chunk import extras
 
@@ -56,6 +61,10 @@ class PPOConfig(AlgoConfig):
     norm_adv: bool = True
     #: segments from a policy more than this many versions old are dropped
     max_policy_lag: int = Field(1, ge=0)
+    #: normalize observations by their running mean and std (CleanRL's NormalizeObservation; MuJoCo)
+    normalize_obs: bool = False
+    #: divide rewards by the running std of a discounted return (CleanRL's NormalizeReward; MuJoCo)
+    normalize_reward: bool = False
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -86,21 +95,24 @@ class PPO(SegmentActorCritic, Algorithm):
     def __init__(self, obs_space, action_space, config: PPOConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
         self._init_actor_critic(obs_space, action_space, seed)
+        if config.normalize_reward:
+            self.reward_scale = RewardScaler(config.gamma)
         self.late_segments_used = 0  # trained on at staleness >= 1 under the clipped objective
 
     # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
     def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
         """Valid steps of all segments, flattened, with advantages and returns from the current
-        critic."""
+        critic (observations normalized and rewards scaled with the statistics in use, if on)."""
         c = self.config
         parts: dict[str, list] = {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
         for seg in segments:
-            obs = seg["obs"]
+            obs = self._obs(seg["obs"])
+            rewards = seg["rewards"] if self.reward_scale is None else self.reward_scale(seg["rewards"])
             T, N = seg["rewards"].shape
             with torch.no_grad():
                 values = self.net.value(torch.as_tensor(obs).to(self.device).reshape(T + 1, N, -1).flatten(0, 1))
             values = values.cpu().numpy().reshape(T + 1, N)
-            adv, ret = gae(seg["rewards"], values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
+            adv, ret = gae(rewards, values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
             valid = seg["valid"]
             parts["obs"].append(obs[:T][valid])
             parts["actions"].append(seg["actions"][valid])
@@ -110,7 +122,6 @@ class PPO(SegmentActorCritic, Algorithm):
             parts["values"].append(values[:T][valid])
         batch = {k: torch.from_numpy(np.concatenate(v)).to(self.device) for k, v in parts.items()}
         batch["obs"] = batch["obs"].flatten(1)  # uint8 frames stay uint8 until a minibatch is encoded
-        batch["actions"] = batch["actions"].long()
         return batch
 
     @staticmethod
@@ -123,10 +134,7 @@ class PPO(SegmentActorCritic, Algorithm):
         """CleanRL's PPO loss on one minibatch: clipped surrogate + vf_coef x (clipped) value loss
         - ent_coef x entropy. Returns (loss, detached statistics, empty unless ``with_stats``)."""
         c = self.config
-        logits, newvalue = self.net(mb["obs"])
-        logp_all = torch.log_softmax(logits, dim=1)
-        newlogprob = logp_all.gather(1, mb["actions"].unsqueeze(1)).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(1)
+        newlogprob, entropy, newvalue = self.net.evaluate(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
 
@@ -190,6 +198,7 @@ class PPO(SegmentActorCritic, Algorithm):
                     totals[k] = totals[k] + v if k in totals else v
         self.updates += 1
         self._drop_stale()
+        self._fold_statistics()
         metrics = {k: float(v) / n_mb for k, v in totals.items()}
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
                        segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
@@ -200,8 +209,8 @@ class PPO(SegmentActorCritic, Algorithm):
 
     # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Network, optimizer, counters and RNG. Segments collected for the next batch are not
-        saved: after a resume they would be stale anyway."""
+        """Network, optimizer, counters, RNG and normalization statistics. Segments collected for
+        the next batch are not saved: after a resume they would be stale anyway."""
         if self.optimizer is None:
             self._make_optimizer()
         return {
@@ -210,6 +219,7 @@ class PPO(SegmentActorCritic, Algorithm):
             "updates": self.updates,
             "dropped_segments": self.dropped_segments,
             "rng": self.rng.bit_generator.state,
+            **self._statistics_state(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -219,4 +229,5 @@ class PPO(SegmentActorCritic, Algorithm):
         self.updates = int(state["updates"])
         self.dropped_segments = int(state["dropped_segments"])
         self.rng.bit_generator.state = state["rng"]
+        self._load_statistics_state(state)
         self.segments, self.segment_versions = [], []

@@ -1,22 +1,44 @@
-"""What PPO and IMPALA share: a categorical actor-critic acting on explorers, and the queue of
-on-policy segments (chunks) that the next update trains on. Pure torch/numpy, no Dask."""
+"""What PPO and IMPALA share: an actor-critic acting on explorers (categorical for Discrete
+actions, diagonal Gaussian for Box actions), optional running observation normalization, and
+the queue of on-policy segments (chunks) that the next update trains on. Pure torch/numpy, no
+Dask."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 
+from tianji_dask.algos.gaussian import GaussianActorCritic, check_box_spaces, sample_gaussian
 from tianji_dask.algos.models import ActorCritic, Adam, check_spaces, load_weights, sample_categorical, seeded_init, weights_of
+from tianji_dask.algos.normalize import ObsNormalizer, split_weights
 from tianji_dask.chunk import extras
 
 
 class SegmentActorCritic:
     """Mixin for an ``Algorithm`` whose config has hidden, activation, shared_trunk, lr, adam_eps,
-    segments_per_batch and max_policy_lag (None: any lag is corrected, nothing dropped)."""
+    segments_per_batch, max_policy_lag (None: any lag is corrected, nothing dropped) and
+    normalize_obs."""
 
     def _init_actor_critic(self, obs_space, action_space, seed: int) -> None:
         c = self.config
-        obs_dim, self.n_actions = check_spaces(obs_space, action_space, type(self).__name__)
-        self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
+        name = type(self).__name__
+        self.continuous = isinstance(action_space, gym.spaces.Box)
+        if self.continuous:
+            obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name)
+            if c.shared_trunk:
+                raise ValueError(f"{name}: shared_trunk is for Discrete actions only (the Gaussian policy has separate trunks)")
+            self.net = seeded_init(seed, lambda: GaussianActorCritic(obs_dim, self.action_dim, c.hidden, c.activation))
+            self.action_low = action_space.low.astype(np.float32)
+            self.action_high = action_space.high.astype(np.float32)
+        else:
+            if not isinstance(action_space, gym.spaces.Discrete):
+                raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
+            obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
+            self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
+        if c.normalize_obs and isinstance(obs_dim, tuple):
+            raise ValueError(f"{name}: normalize_obs is for flat Box observations, not images")
+        self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None
+        self.reward_scale = None  # PPO's RewardScaler, when its config asks for one
         # what explorers need to act: everything but the critic
         self.actor_keys = [k for k in self.net.state_dict() if not k.startswith("critic_")]
         self.optimizer = None  # learner side only: made on first learn()
@@ -30,21 +52,46 @@ class SegmentActorCritic:
     # ---- explorer side -------------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
-        extra ``logprob`` is the behaviour log-probability the learner's correction needs."""
-        actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, explore.get("greedy", False))
+        extra ``logprob`` is the behaviour log-probability (log-density for Box actions) the
+        learner's correction needs."""
+        greedy = explore.get("greedy", False)
+        obs = self._obs(obs)
+        if self.continuous:
+            actions, logp = sample_gaussian(*self.net.numpy_mean(obs), self.rng, greedy)
+        else:
+            actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, greedy)
         return actions, {"logprob": logp}
 
+    def env_action(self, actions: np.ndarray) -> np.ndarray:
+        """Box actions clipped to the bounds (CleanRL's ClipAction); Discrete ones unchanged."""
+        if not self.continuous:
+            return actions
+        return np.clip(actions, self.action_low, self.action_high)
+
     def get_weights(self) -> dict[str, np.ndarray]:
-        return weights_of(self.net, self.actor_keys)
+        weights = weights_of(self.net, self.actor_keys)
+        if self.obs_norm is not None:  # the statistics this version trains and acts with
+            weights.update(self.obs_norm.weights())
+        return weights
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        load_weights(self.net, weights, self.actor_keys)
+        net_weights, stats = split_weights(weights)
+        load_weights(self.net, net_weights, self.actor_keys)
+        if bool(stats) != (self.obs_norm is not None):
+            raise ValueError(f"weights do not match normalize_obs={self.obs_norm is not None}: statistics {sorted(stats)}")
+        if self.obs_norm is not None:
+            self.obs_norm.load_weights(stats)
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the networks see them: normalized with the statistics in use, if on."""
+        return obs if self.obs_norm is None else self.obs_norm(obs)
 
     # ---- learner side --------------------------------------------------------------------
     def accepts(self, staleness: int) -> bool:
         return self.config.max_policy_lag is None or staleness <= self.config.max_policy_lag
 
     def ingest(self, chunk: dict, staleness: int) -> int:
+        self._observe(chunk)  # the statistics describe the env, whether or not this segment is trained on
         if not self.accepts(staleness):
             self.dropped_segments += 1
             return 0
@@ -81,3 +128,27 @@ class SegmentActorCritic:
     def _make_optimizer(self) -> None:
         self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)
         self.params = list(self.net.parameters())
+
+    # ---- normalization statistics -----------------------------------------------------------
+    def _observe(self, chunk: dict) -> None:
+        """Collect a chunk's observations (and returns) for the statistics' next fold."""
+        if self.obs_norm is not None:
+            self.obs_norm.observe_chunk(chunk)
+        if self.reward_scale is not None:
+            self.reward_scale.observe_chunk(chunk)
+
+    def _fold_statistics(self) -> None:
+        """Called at the end of ``learn()``: the next version trains and acts with what was
+        collected until now, the update just made used the statistics from before it."""
+        for stats in (self.obs_norm, self.reward_scale):
+            if stats is not None:
+                stats.fold()
+
+    def _statistics_state(self) -> dict:
+        return {name: stats.state_dict() for name, stats in (("obs_norm", self.obs_norm), ("reward_scale", self.reward_scale))
+                if stats is not None}
+
+    def _load_statistics_state(self, state: dict) -> None:
+        for name, stats in (("obs_norm", self.obs_norm), ("reward_scale", self.reward_scale)):
+            if stats is not None:
+                stats.load_state_dict(state[name])

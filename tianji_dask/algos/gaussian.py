@@ -1,0 +1,172 @@
+"""Continuous actions: the diagonal Gaussian actor-critic of CleanRL's ppo_continuous_action.py
+(PPO, IMPALA) and the tanh-squashed Gaussian actor and Q network of its sac_continuous_action.py
+(SAC), their numpy acting paths, and the log-density and entropy of a diagonal Gaussian."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tianji_dask.algos.models import NumpyMLP, as_batch, chain, layer_init, mlp
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+#: SAC's log-std is squashed into [LOG_STD_MIN, LOG_STD_MAX] (as CleanRL does)
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False) -> tuple[int, int]:
+    """(flat observation size, action size) for flat Box observations and Box actions; with
+    ``finite`` the action bounds must be finite. ValueError naming what is allowed otherwise."""
+    import gymnasium as gym
+
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(f"{algo}: only Box (continuous, one-dimensional) action spaces are supported, got {action_space}")
+    if finite and not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+        raise ValueError(f"{algo}: only Box action spaces with finite bounds are supported (actions are "
+                         f"squashed into them), got {action_space}")
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
+    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+        raise ValueError(f"{algo}: continuous actions need flat Box observations (no images), got {obs_space}")
+    return int(np.prod(obs_space.shape)), int(action_space.shape[0])
+
+
+def normal_logprob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
+    """log N(x; mean, exp(logstd)^2), summed over the last (action) dimension."""
+    z = (x - mean) * torch.exp(-logstd)
+    return (-0.5 * z * z - logstd - HALF_LOG_2PI).sum(-1)
+
+
+def normal_entropy(logstd: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian, summed over the last (action) dimension."""
+    return (0.5 + HALF_LOG_2PI + logstd).sum(-1)
+
+
+def sample_gaussian(mean: np.ndarray, logstd: np.ndarray, rng: np.random.Generator,
+                    greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 actions [B, A], float32 log-densities [B] of those actions): mean + std * N(0, 1),
+    or the mean with ``greedy``."""
+    if greedy:
+        noise = np.zeros_like(mean)
+        actions = mean
+    else:
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
+        actions = mean + np.exp(logstd) * noise
+    logp = (-0.5 * noise * noise - logstd - np.float32(HALF_LOG_2PI)).sum(-1)
+    return actions.astype(np.float32, copy=False), logp.astype(np.float32, copy=False)
+
+
+class GaussianActorCritic(nn.Module):
+    """CleanRL's continuous-action agent: separate actor and critic MLPs with orthogonal init
+    (hidden gain sqrt(2), actor mean head 0.01, value head 1) and a state-independent log-std,
+    initialised to 0."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh"):
+        super().__init__()
+        width = hidden[-1] if hidden else obs_dim
+        self._np_actor = None  # numpy views for numpy_mean, made on first use
+        self.actor_trunk = mlp(obs_dim, hidden, activation, ortho=True)
+        self.actor_head = layer_init(nn.Linear(width, action_dim), gain=0.01)
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+        self.critic_trunk = mlp(obs_dim, hidden, activation, ortho=True)
+        self.critic_head = layer_init(nn.Linear(width, 1), gain=1.0)
+
+    def mean(self, obs: torch.Tensor) -> torch.Tensor:
+        h = chain(self.actor_trunk, obs.flatten(1).float())
+        return F.linear(h, self.actor_head.weight, self.actor_head.bias)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        h = chain(self.critic_trunk, obs.flatten(1).float())
+        return F.linear(h, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-densities of ``actions`` [B], policy entropies [B], values [B])."""
+        logstd = self.actor_logstd.expand(len(obs), -1)
+        return normal_logprob(actions.float(), self.mean(obs), logstd), normal_entropy(logstd), self.value(obs)
+
+    def __getstate__(self):
+        # numpy views would be pickled as copies, detached from the parameters: rebuild them
+        return {**self.__dict__, "_np_actor": None}
+
+    def _apply(self, *args, **kwargs):
+        self._np_actor = None  # .to(device) and friends replace the parameters the views read
+        return super()._apply(*args, **kwargs)
+
+    def numpy_mean(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(action means [B, A], log-std [1, A]) in numpy, for acting (see NumpyMLP)."""
+        if self.actor_head.weight.device.type != "cpu":  # weights off the CPU: torch
+            with torch.no_grad():
+                mean = self.mean(torch.from_numpy(as_batch(obs)).to(self.actor_head.weight.device)).cpu().numpy()
+            return mean, self.actor_logstd.detach().cpu().numpy()
+        if self._np_actor is None:
+            self._np_actor = (NumpyMLP(self.actor_trunk, self.actor_head), self.actor_logstd.detach().numpy())
+        mlp_np, logstd = self._np_actor
+        return mlp_np(as_batch(obs)), logstd
+
+
+class SoftQNetwork(nn.Module):
+    """Q(s, a) for actions in [-1, 1]: an MLP over the observation and action together."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int]):
+        super().__init__()
+        self.trunk = mlp(obs_dim + action_dim, hidden, "relu")
+        self.head = nn.Linear(hidden[-1] if hidden else obs_dim + action_dim, 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        h = chain(self.trunk, torch.cat([obs, actions], 1))
+        return F.linear(h, self.head.weight, self.head.bias).squeeze(-1)
+
+
+class SquashedGaussianActor(nn.Module):
+    """tanh(u), u ~ N(mean(s), std(s)): actions in [-1, 1]."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int]):
+        super().__init__()
+        width = hidden[-1] if hidden else obs_dim
+        self.trunk = mlp(obs_dim, hidden, "relu")
+        self.mean_head = nn.Linear(width, action_dim)
+        self.logstd_head = nn.Linear(width, action_dim)
+        self._np = None  # numpy views for numpy_forward, made on first use
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean [B, A], log-std [B, A]) of the Gaussian before the squashing."""
+        h = chain(self.trunk, obs)
+        log_std = torch.tanh(F.linear(h, self.logstd_head.weight, self.logstd_head.bias))
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        return F.linear(h, self.mean_head.weight, self.mean_head.bias), log_std
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions tanh(mean + std * noise) [B, A], their log-densities log pi(a|s) [B]), the
+        reparameterized sample of standard normal ``noise``."""
+        mean, log_std = self(obs)
+        u = mean + log_std.exp() * noise
+        actions = torch.tanh(u)
+        # change of variables through tanh; 1e-6 keeps the log finite where tanh saturates
+        log_pi = normal_logprob(u, mean, log_std) - torch.log(1 - actions.pow(2) + 1e-6).sum(-1)
+        return actions, log_pi
+
+    def __getstate__(self):
+        # numpy views would be pickled as copies, detached from the parameters: rebuild them
+        return {**self.__dict__, "_np": None}
+
+    def _apply(self, *args, **kwargs):
+        self._np = None  # .to(device) and friends replace the parameters the views read
+        return super()._apply(*args, **kwargs)
+
+    def numpy_forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``forward`` in numpy, for acting (see NumpyMLP)."""
+        if self.mean_head.weight.device.type != "cpu":  # weights off the CPU: torch
+            with torch.no_grad():
+                mean, log_std = self(torch.from_numpy(as_batch(obs)).to(self.mean_head.weight.device))
+            return mean.cpu().numpy(), log_std.cpu().numpy()
+        if self._np is None:
+            self._np = (NumpyMLP(self.trunk), NumpyMLP(self.mean_head), NumpyMLP(self.logstd_head))
+        trunk, mean_head, logstd_head = self._np
+        h = trunk(as_batch(obs))
+        log_std = np.tanh(logstd_head(h))
+        return mean_head(h), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
