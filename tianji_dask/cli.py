@@ -134,6 +134,9 @@ def cmd_train(args) -> int:
     p = run.pipeline
     groups = f"{p.groups} groups of {p.explorers} explorers" if p.groups > 1 else f"{p.explorers} explorers"
     print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.name}, {p.mode}, {groups})", flush=True)
+    if p.simulated():
+        print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
+              f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
     return _train(run, args.quiet)
 
 

@@ -36,17 +36,19 @@ class Opened:
             self.cluster.close()
 
 
-def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int) -> Opened:
+def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int, explorer_threads: int = 1) -> Opened:
     """The cluster a pipeline's ``cluster:`` section names: an existing scheduler, Slurm or PBS
-    jobs, or an embedded LocalCluster; ``learners`` LEARNER workers (one per group)."""
+    jobs, or an embedded LocalCluster; ``learners`` LEARNER workers (one per group), explorer
+    workers that each run ``explorer_threads`` explorer tasks at once."""
     kind, security = cluster_config.kind, make_security(cluster_config.security)
     if kind == "address":
         return Opened(Client(cluster_config.address, security=security))
     if kind in ("slurm", "pbs"):
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
-                                         security, learners=learners)
+                                         security, learners=learners, explorer_threads=explorer_threads)
         return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout)
-    cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners)
+    cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
+                            explorer_threads=explorer_threads)
     return Opened(Client(cluster), cluster)
 
 
@@ -68,11 +70,11 @@ def make_security(setting):
 
 
 def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None,
-                  learner_workers: int = 1) -> LocalCluster:
-    """``learner_workers`` LEARNER worker processes (one per group) plus ``explorer_workers``
-    EXPLORER worker processes, one thread each, with the active memory manager off (it deletes
-    the weight replicas explorers read), ignoring Ctrl-C (the driver handles it). With
-    ``security`` every connection is TLS."""
+                  learner_workers: int = 1, explorer_threads: int = 1) -> LocalCluster:
+    """``learner_workers`` LEARNER worker processes (one per group, one thread each) plus
+    ``explorer_workers`` EXPLORER worker processes that run ``explorer_threads`` explorer tasks at
+    once, with the active memory manager off (it deletes the weight replicas explorers read),
+    ignoring Ctrl-C (the driver handles it). With ``security`` every connection is TLS."""
     from tianji_dask.observe.dashboard import install
 
     install()  # the /tianji pages, before the scheduler is built (JupyterLab lists only those)
@@ -92,7 +94,7 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         specs["tianji-learner" if i == 0 else f"tianji-learner-{i}"] = learner
     for i in range(explorer_workers):
         explorer = copy.deepcopy(template)
-        explorer["options"].update(resources={EXPLORER: 1})
+        explorer["options"].update(resources={EXPLORER: explorer_threads}, nthreads=explorer_threads)
         specs[f"tianji-explorer-{i}"] = explorer
     with _sigint_ignored():
         dask_internals.add_workers(cluster, specs)
@@ -114,7 +116,8 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1):
+def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1,
+                     explorer_threads: int = 1):
     """A dask-jobqueue cluster (``kind`` slurm or pbs): explorer workers are batch jobs in an
     adaptive pool (EXPLORER resource, optional graceful lifetime with stagger), each learner (one
     per group) a job of its own (LEARNER resource) outside the pool, so adapting never touches
@@ -128,7 +131,7 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
     install()
 
     cls = SLURMCluster if kind == "slurm" else PBSCluster
-    explorer_args = ["--resources", f"{EXPLORER}=1", "--nthreads", "1"]
+    explorer_args = ["--resources", f"{EXPLORER}={explorer_threads}", "--nthreads", str(explorer_threads)]
     if jq.lifetime:
         explorer_args += ["--lifetime", jq.lifetime, "--lifetime-stagger", jq.lifetime_stagger]
     common = {

@@ -31,7 +31,12 @@ class EnvConfig(_Strict):
     num_envs: int = Field(8, ge=1, le=4096, description="envs stepped together inside one explorer")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
     explorer_kwargs: dict[int, dict[str, Any]] = Field(
-        default_factory=dict, description="per explorer stream: kwargs merged over kwargs (heterogeneous explorers)")
+        default_factory=dict, description="per explorer stream: kwargs merged over kwargs (heterogeneous explorers); "
+        "step_cost_ms and step_cost_jitter here set that stream's simulated cost")
+    step_cost_ms: float = Field(0.0, ge=0, le=60_000, description="simulated extra wall time per env step, spent sleeping "
+                                "(a simulator whose CPU is elsewhere; N envs stepped in sequence cost N times it); 0: none")
+    step_cost_jitter: float = Field(0.0, ge=0, le=10, description="sigma of a lognormal multiplier of the step cost, with "
+                                    "mean 1, drawn per chunk per explorer stream from the run's seed (stragglers)")
 
 
 class AlgoSection(_Strict):
@@ -194,6 +199,8 @@ class ClusterConfig(_Strict):
     kind: Literal["local", "address", "slurm", "pbs"] = "local"
     address: str | None = None
     explorer_workers: int | None = Field(None, ge=1, le=1024, description="local explorer worker processes")
+    explorer_threads: int | None = Field(None, ge=1, le=1024, description="explorer tasks each explorer worker (local or "
+                                         "a batch job) runs at once, one thread each; default: a slot for every explorer stream")
     dashboard_address: str | None = Field(":8787", description="dashboard address (another port is taken if busy); null for none")
     jobqueue: JobQueueConfig = Field(default_factory=JobQueueConfig, description="for kind slurm or pbs")
     security: Literal["none", "temporary"] | TLSFiles = Field(
@@ -248,15 +255,43 @@ class Pipeline(_Strict):
 
     @model_validator(mode="after")
     def _explorer_kwargs(self):
+        from tianji_dask.simulate import KEYS
+
         bad = [i for i in self.env.explorer_kwargs if not 0 <= i < self.explorers]
         if bad:
             raise PipelineError(f"env.explorer_kwargs: explorer {bad[0]} does not exist; allowed 0..{self.explorers - 1}")
+        for i, kwargs in self.env.explorer_kwargs.items():
+            for key in KEYS:
+                value = kwargs.get(key, 0.0)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= (60_000 if key == "step_cost_ms" else 10):
+                    raise PipelineError(f"env.explorer_kwargs.{i}.{key}: must be a number >= 0 (got {value!r})")
         return self
 
     def env_kwargs_for(self, explorer_id: int) -> dict:
-        """Env kwargs of explorer stream ``explorer_id`` (streams are numbered across groups:
+        """Gymnasium kwargs of explorer stream ``explorer_id`` (streams are numbered across groups:
         group g owns g x explorers ... (g + 1) x explorers - 1; explorer_kwargs are per group)."""
-        return {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id % self.explorers, {})}
+        from tianji_dask.simulate import KEYS
+
+        merged = {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id % self.explorers, {})}
+        return {k: v for k, v in merged.items() if k not in KEYS}
+
+    def step_cost_for(self, explorer_id: int):
+        """Stream ``explorer_id``'s simulated cost (``simulate.StepCost``; false when none)."""
+        from tianji_dask.simulate import StepCost
+
+        own = self.env.explorer_kwargs.get(explorer_id % self.explorers, {})
+        return StepCost(float(own.get("step_cost_ms", self.env.step_cost_ms)),
+                        float(own.get("step_cost_jitter", self.env.step_cost_jitter)))
+
+    def simulated(self) -> dict | None:
+        """What results and the dashboard say of a run whose env steps carry a simulated cost."""
+        costs = {eid: self.step_cost_for(eid) for eid in range(self.explorers * self.groups)}
+        if not any(costs.values()):
+            return None
+        return {"step_cost_ms": self.env.step_cost_ms, "step_cost_jitter": self.env.step_cost_jitter,
+                "per_stream": {eid: {"step_cost_ms": c.ms, "step_cost_jitter": c.jitter} for eid, c in costs.items()
+                               if (c.ms, c.jitter) != (self.env.step_cost_ms, self.env.step_cost_jitter)},
+                "about": "env dynamics, rewards and learning are real; each env step also sleeps its simulated cost"}
 
     def group_streams(self, group: int) -> list[int]:
         return list(range(group * self.explorers, (group + 1) * self.explorers))

@@ -28,9 +28,11 @@ def keep_extra(extra_bufs: dict[str, np.ndarray], name: str, t: int, value: np.n
 class Rollout:
     """A live vector env whose episodes continue across chunks."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None):
+    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None, step_cost=None):
+        """``step_cost``: a ``simulate.StepCostClock``, whose cost every vector step also spends."""
         self.env_id = env_id
         self.num_envs = num_envs
+        self.step_cost = step_cost
         self.env = make_vec_env(env_id, num_envs, seed=seed, **(env_kwargs or {}))
         self.obs, _ = self.env.reset(seed=seed)
         self.env.action_space.seed(seed)
@@ -56,6 +58,8 @@ class Rollout:
         obs = self.obs
         # policies outside the Algorithm interface (test doubles) act in the env's own terms
         env_action = getattr(policy, "env_action", lambda a: a)
+        if self.step_cost is not None:
+            self.step_cost.chunk()
         for t in range(n_steps):
             obs_buf[t] = obs
             action, extra = policy.act(obs, explore)
@@ -65,6 +69,8 @@ class Rollout:
             for k, v in extra.items():
                 keep_extra(extra_bufs, k, t, v, n_steps)
             obs, reward, term, trunc, step_info = self.env.step(env_action(action))
+            if self.step_cost is not None:
+                self.step_cost.step()
             valid[t] = ~self.resetting
             rewards[t] = np.where(valid[t], reward, 0.0)
             for k in INFO_EXTRAS:

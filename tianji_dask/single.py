@@ -13,11 +13,18 @@ class SingleProcessRun:
     """Explorers take turns stepping their envs with the learner's own (always fresh) policy."""
 
     def __init__(self, core: CoreSpec, *, explorers: int, chunk_steps: int, env_id: str, num_envs: int,
-                 env_kwargs_for, seed: int):
-        """``env_kwargs_for(explorer_id)``: the gymnasium kwargs of that explorer's envs."""
+                 env_kwargs_for, seed: int, step_cost_for=None):
+        """``env_kwargs_for(explorer_id)``: the gymnasium kwargs of that explorer's envs;
+        ``step_cost_for(explorer_id)``: its simulated cost (``simulate.StepCost``)."""
+        from tianji_dask.simulate import StepCostClock
+
         self.core = LearnerCore(core)
         self.chunk_steps = chunk_steps
-        self.rollouts = [Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs_for(i)) for i in range(explorers)]
+        self.rollouts = []
+        for i in range(explorers):
+            cost = step_cost_for(i) if step_cost_for is not None else None
+            clock = StepCostClock(cost, num_envs, seed, i) if cost else None
+            self.rollouts.append(Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs_for(i), step_cost=clock))
         self._stop = threading.Event()
 
     def run(self) -> Final:

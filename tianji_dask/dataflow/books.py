@@ -32,6 +32,7 @@ class Books:
         rho = law.get("replay_ratio")
         self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
         self.max_staleness = law.get("max_staleness")
+        self.simulated = bool(law.get("simulated"))  # the explorers' env steps carry a simulated cost
         self.params_version = 0
         self.chunk_env_steps = int(chunk_env_steps)
         self.learner_address = learner_address
@@ -180,6 +181,7 @@ class Books:
         n = self.chunks_consumed
         out = {
             "group": self.group,
+            "simulated": self.simulated,
             "window": self.window,
             "window_min": self.law.w_min,
             "window_max": self.law.w_max,

@@ -1,14 +1,16 @@
 """Explorer side: a per-worker pool of live environments and the ``explore_chunk`` task.
 
 The pool (a WorkerPlugin) keeps one vector env per explorer stream, so episodes continue across
-chunks, and one policy object per learner group, loaded only when a new weights version of that
-group arrives. The task itself is
-short and idempotent: if its worker dies, Dask reruns it elsewhere and that stream's episode
-restarts there.
+chunks, and one policy object per worker thread and learner group, loaded only when a new weights
+version of that group arrives. A worker may run several explorer tasks at once, one per thread
+(its EXPLORER resource says how many): each thread acts with its own policy object, and the
+chunks of one stream run one at a time. The task itself is short and idempotent: if its worker
+dies, Dask reruns it elsewhere and that stream's episode restarts there.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from distributed import WorkerPlugin, get_worker
@@ -17,32 +19,49 @@ from distributed.metrics import context_meter
 from tianji_dask.dataflow.direct import send_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.rollout import Rollout
+from tianji_dask.simulate import StepCostClock
 
 POOL_NAME = "tianji-envs"
 
 
 class EnvPool(WorkerPlugin):
-    """Holds the run's environments and policy on each worker.
+    """Holds the run's environments and policies on each worker.
 
     ``make_policy`` is a picklable zero-argument callable returning an object with ``act`` and
     ``set_weights`` (the algorithm, built on the explorer side only for inference).
+    ``step_costs``: per stream, a ``simulate.StepCost`` its env steps also spend (simulation).
     """
 
     name = POOL_NAME
 
     def __init__(self, run_id: str, env_id: str, num_envs: int, env_kwargs: dict, make_policy, seed: int,
-                 explorer_kwargs: dict | None = None):
+                 explorer_kwargs: dict | None = None, step_costs: dict | None = None):
         self.run_id = run_id
         self.env_id = env_id
         self.num_envs = num_envs
         self.env_kwargs = env_kwargs
         self.explorer_kwargs = explorer_kwargs or {}  # per stream, merged over env_kwargs
+        self.step_costs = step_costs or {}
         self.make_policy = make_policy
         self.seed = seed
         self.rollouts: dict[int, Rollout] = {}
-        self.policies: dict[int, list] = {}  # group -> [policy, version]: groups' versions are independent
         self.env_steps = 0
         self.rebuilds = 0
+        self._versions: dict[int, int] = {}  # newest version loaded by any thread, per group (for metrics)
+        self._make_locks()
+
+    def _make_locks(self) -> None:
+        self._lock = threading.Lock()
+        self._stream_locks: dict[int, threading.Lock] = {}
+        self._local = threading.local()  # this thread's policies: group -> [policy, version]
+
+    def __getstate__(self):
+        # locks and thread-local policies stay on each worker: the plugin travels without them
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_stream_locks", "_local")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._make_locks()
 
     def setup(self, worker):
         import torch
@@ -50,7 +69,7 @@ class EnvPool(WorkerPlugin):
         torch.set_num_threads(1)  # explorers do small-batch inference; threads only contend
         worker.metrics["tianji"] = lambda w: {
             "env_steps": self.env_steps,
-            "policy_version": max((v for _, v in self.policies.values()), default=-1),
+            "policy_version": max(self._versions.values(), default=-1),
             "streams": len(self.rollouts),
         }
 
@@ -60,23 +79,45 @@ class EnvPool(WorkerPlugin):
         self.rollouts.clear()
         worker.metrics.pop("tianji", None)
 
+    def stream_lock(self, explorer_id: int) -> threading.Lock:
+        """Held while a chunk of that stream runs: its envs step for one task at a time."""
+        with self._lock:
+            return self._stream_locks.setdefault(explorer_id, threading.Lock())
+
     def rollout(self, explorer_id: int) -> Rollout:
+        """The stream's live envs (call with its stream lock held)."""
         if explorer_id not in self.rollouts:
-            # a stream rebuilt on another worker gets fresh seeds, not a replay of the old episodes
-            seed = self.seed * 100_003 + explorer_id * 1009 + self.rebuilds
-            self.rebuilds += 1
+            with self._lock:  # a stream rebuilt on another worker gets fresh seeds, not a replay of the old episodes
+                seed = self.seed * 100_003 + explorer_id * 1009 + self.rebuilds
+                self.rebuilds += 1
             kwargs = {**self.env_kwargs, **self.explorer_kwargs.get(explorer_id, {})}
-            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs)
+            cost = self.step_costs.get(explorer_id)
+            clock = StepCostClock(cost, self.num_envs, self.seed, explorer_id) if cost else None
+            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs, step_cost=clock)
         return self.rollouts[explorer_id]
 
+    def drop(self, explorer_id: int) -> None:
+        """Forget a stream's envs (they may be broken): its next chunk rebuilds them."""
+        rollout = self.rollouts.pop(explorer_id, None)
+        if rollout is not None:
+            rollout.close()
+
     def policy_for(self, weights: dict, policy_version: int, group: int = 0):
-        entry = self.policies.get(group)
+        policies = getattr(self._local, "policies", None)
+        if policies is None:
+            policies = self._local.policies = {}
+        entry = policies.get(group)
         if entry is None:
-            entry = self.policies[group] = [self.make_policy(), -1]
+            entry = policies[group] = [self.make_policy(), -1]
         if policy_version != entry[1]:
             entry[0].set_weights(weights)
             entry[1] = policy_version
+            self._versions[group] = max(self._versions.get(group, -1), policy_version)
         return entry[0]
+
+    def count(self, env_steps: int) -> None:
+        with self._lock:
+            self.env_steps += env_steps
 
 
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
@@ -90,18 +131,17 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
         raise RuntimeError(f"explorer pool belongs to run {pool.run_id}, task to run {run_id}")
     with context_meter.meter("policy-load"):
         policy = pool.policy_for(weights, policy_version, group)
-    rollout = pool.rollout(explorer_id)
-    t0 = time.perf_counter()
-    with context_meter.meter("env-step"):
-        try:
-            chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
-        except Exception as err:
-            # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
-            pool.rollouts.pop(explorer_id, None)
-            rollout.close()
-            raise RuntimeError(f"explorer {explorer_id}, env {pool.env_id}: {type(err).__name__}: {err}") from err
+    with pool.stream_lock(explorer_id):
+        rollout = pool.rollout(explorer_id)
+        t0 = time.perf_counter()
+        with context_meter.meter("env-step"):
+            try:
+                chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
+            except Exception as err:
+                pool.drop(explorer_id)  # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
+                raise RuntimeError(f"explorer {explorer_id}, env {pool.env_id}: {type(err).__name__}: {err}") from err
     chunk["explore_s"] = time.perf_counter() - t0
-    pool.env_steps += chunk["env_steps"]
+    pool.count(chunk["env_steps"])
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache
     if direct is not None and chunk["nbytes"] >= direct[-1]:

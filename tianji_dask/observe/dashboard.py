@@ -71,7 +71,7 @@ class _Panels:
         }
         self.figures = []
         self.names = list(panels)
-        self.groups_shown = 1
+        self.labels_shown = (1, False)  # (groups, simulated) the titles say
         kw = {"height": 260, "sizing_mode": "stretch_width", "tools": "pan,wheel_zoom,box_zoom,reset,save"}
         xl = "seconds since run start"
         for name in panels:
@@ -116,10 +116,12 @@ class _Panels:
             for src in self.src.values():
                 src.data = {k: [] for k in src.data}
         groups = len(getattr(ctl, "groups", {0: None}))
-        if groups != self.groups_shown:  # group mode: say whose books these are
-            self.groups_shown = groups
+        simulated = bool(getattr(ctl, "simulated", False))
+        if (groups, simulated) != self.labels_shown:  # say whose books these are, and a simulated env cost
+            self.labels_shown = (groups, simulated)
             for name, f in zip(self.names, self.figures):
-                f.title.text = TITLES[name] + (f" (group 0 of {groups})" if groups > 1 else "")
+                f.title.text = (TITLES[name] + (f" (group 0 of {groups})" if groups > 1 else "")
+                                + (" [simulated env step cost]" if simulated else ""))
         t0 = ctl.t_reset
         new_hist = _newer(ctl.history, self.t_hist)
         if new_hist:

@@ -44,6 +44,7 @@ class TianjiCollector:
                 family(CounterMetricFamily, name, doc).add_metric(labels, float(value))
 
             gauge("learner_version", "Learner version (optimizer updates)", books.learner_version)
+            gauge("simulated", "1 when explorer env steps carry a simulated cost (env.step_cost_ms)", int(books.simulated))
             counter("chunks_consumed", "Sample chunks consumed by the learner", books.chunks_consumed)
             counter("chunks_dropped", "Chunks consumed but not trained on (filters, lag)", books.chunks_dropped)
             counter("env_steps_consumed", "Env steps in consumed chunks", books.env_steps_consumed)

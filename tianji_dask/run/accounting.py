@@ -22,6 +22,31 @@ def cpu_seconds(client) -> dict | None:
     return {"scheduler": scheduler, "explorers": per}
 
 
+def explorer_rss(client) -> dict | None:
+    """Resident memory (bytes) of each explorer worker's process."""
+    def rss():
+        import psutil
+
+        return psutil.Process().memory_info().rss
+
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        explorers = [a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER")]
+        return client.run(rss, workers=explorers) if explorers else {}
+    except Exception:  # noqa: BLE001 - a cluster that cannot tell costs only this figure
+        return None
+
+
+def explorer_memory(rss0: dict | None, rss1: dict | None, streams: int) -> dict | None:
+    """What the explorer workers' processes grew by over the run (their envs, policy copies and
+    buffers, made as streams start), in all and per explorer stream."""
+    if not rss0 or not rss1:
+        return None
+    grown = sum(rss1[a] - rss0[a] for a in rss1 if a in rss0)
+    return {"rss_bytes_start": sum(rss0.values()), "rss_bytes_end": sum(rss1.values()), "streams": streams,
+            "workers": len(rss1), "bytes_per_stream": grown / streams if streams else None}
+
+
 def task_metrics(client) -> dict:
     """The scheduler's cumulative per-task-prefix metrics (Dask's fine performance metrics)."""
     def read(dask_scheduler=None):

@@ -61,6 +61,7 @@ class Run:
         self._reducer = None  # group mode: the Reducer actor
         self._reducer_address: str | None = None
         self._task_metrics0: dict = {}
+        self._explorer_rss0: dict | None = None  # the explorer workers' memory before the first chunk
         self._cpu0: dict | None = None  # accounting.cpu_seconds once the learners are built
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
@@ -119,7 +120,7 @@ class Run:
 
             self._single = SingleProcessRun(self._core_spec(), explorers=p.explorers, chunk_steps=p.chunk_steps,
                                             env_id=p.env.id, num_envs=p.env.num_envs, env_kwargs_for=p.env_kwargs_for,
-                                            seed=p.seed + 7919 * self._env_seed_offset)
+                                            seed=p.seed + 7919 * self._env_seed_offset, step_cost_for=p.step_cost_for)
             threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
             return self
         from tianji_dask.run import supervise
@@ -240,8 +241,11 @@ class Run:
             pipeline_config=p.model_dump(mode="json"),
         )
         results["learner_restarts"] = self._restarts
+        results["simulated"] = p.simulated()
         if self._single is None:
             cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
+            results["explorer_memory"] = accounting.explorer_memory(
+                self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
             results["controller"] = self._controller_final()
             results["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
             results["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)

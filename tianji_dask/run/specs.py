@@ -27,13 +27,14 @@ def law(p: Pipeline, prepared: Prepared) -> dict:
     """The controller's settings for this run, defaults filled in. Lockstep runs one chunk per
     explorer per round, so its window is the explorer count and nothing moves it."""
     c = p.controller
+    simulated = p.simulated() is not None  # the dashboard says so
     if p.mode != "relaxed":
-        return {"window": p.explorers}
+        return {"window": p.explorers, "simulated": simulated}
     w_min = c.window_min or prepared.chunks_per_update
     w_max = c.window_max or max(16, 4 * p.explorers, w_min)
     return {
         "window": max(p.window, w_min), "staleness_target": c.staleness_target, "window_min": w_min, "window_max": w_max,
-        "gain": c.gain, "replay_ratio": prepared.replay_ratio, "max_staleness": c.max_staleness,
+        "gain": c.gain, "replay_ratio": prepared.replay_ratio, "max_staleness": c.max_staleness, "simulated": simulated,
     }
 
 

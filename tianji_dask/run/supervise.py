@@ -20,10 +20,12 @@ def start(run) -> None:
     from tianji_dask.dataflow.explorer import EnvPool
 
     p = run.pipeline
-    explorer_workers = p.cluster.explorer_workers or default_explorer_workers(p.explorers * p.groups)
+    streams = range(p.explorers * p.groups)
+    explorer_workers = p.cluster.explorer_workers or default_explorer_workers(len(streams))
     timeout = 60
     if run.client is None:
-        run._opened = open_cluster(p.cluster, p.explorers * p.groups, explorer_workers, learners=p.groups)
+        threads = p.cluster.explorer_threads or -(-len(streams) // explorer_workers)  # a slot for every stream
+        run._opened = open_cluster(p.cluster, len(streams), explorer_workers, learners=p.groups, explorer_threads=threads)
         run.client, run.cluster, timeout = run._opened.client, run._opened.cluster, run._opened.start_timeout
     client = run.client
     # a cluster we started has one LEARNER worker per group; on another, groups share them
@@ -31,15 +33,16 @@ def start(run) -> None:
     stop_active_memory_manager(client)
     run._explorer_workers = counts["EXPLORER"]
     client.register_plugin(StalenessController(run.law()["window"]), name="tianji")
-    streams = range(p.explorers * p.groups)
     client.register_plugin(
         EnvPool(run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo,
                 p.seed + 7919 * run._env_seed_offset,
-                explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs}),
+                explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
+                step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}),
         name="tianji-envs",
     )
     run.dashboard_link = client.dashboard_link
     run._task_metrics0 = accounting.task_metrics(client)
+    run._explorer_rss0 = accounting.explorer_rss(client)
     if p.groups > 1:
         from tianji_dask.dataflow.reducer import Reducer
 

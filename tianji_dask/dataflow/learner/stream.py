@@ -10,6 +10,7 @@ so an arrival always carries the chunk itself.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import time
 import uuid
 from dataclasses import dataclass
@@ -92,11 +93,15 @@ class ExplorerStream:
         """Keys for ``n`` chunks, each for the least-loaded stream, among equals the one served
         longest ago: the controller grants the head of the list, and were ties broken by order
         a learner granted one chunk at a time would give the first stream every one."""
+        if n <= 0:
+            return []
+        heap = [(self._per_stream[s], self._served.get(s, 0), s) for s in self.streams]
+        heapq.heapify(heap)
         chosen: list[tuple[str, int]] = []
         for _ in range(n):
-            stream = min(self.streams, key=lambda s: (self._per_stream[s] + sum(1 for _, c in chosen if c == s),
-                                                      self._served.get(s, 0)))
+            load, served, stream = heapq.heappop(heap)
             chosen.append((f"tianji-explore-{self._tag}-{uuid.uuid4().hex[:12]}", stream))
+            heapq.heappush(heap, (load + 1, served, stream))
         return chosen
 
     def submit(self, granted: list[tuple[str, int]], weights_version: int, weights, explore: dict, version: int) -> None:
