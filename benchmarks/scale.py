@@ -43,6 +43,8 @@ VARIANTS = {  # throughput variants: (pipeline, overrides)
     "dqn-ingest": ("cartpole_dqn", {"algo.config.learning_starts": 10**12, "controller.replay_ratio": None}),
     "dqn": ("cartpole_dqn", {}),
     "impala": ("cartpole_impala", {}),
+    # a busy learner takes every waiting chunk, up to 8, into one update
+    "impala-batched": ("cartpole_impala", {"algo.config.max_segments_per_batch": 8}),
     "ppo": ("cartpole_ppo", {}),
 }
 

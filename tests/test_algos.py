@@ -795,3 +795,24 @@ def test_image_observations_get_the_convolutional_encoder_and_act_through_torch(
         out = net(torch.full((1, 4, 84, 84), 255, dtype=torch.uint8))
     out = out if name == "dqn" else out[0]
     assert torch.isfinite(out).all() and out.abs().max() < 10
+
+
+@pytest.mark.parametrize("name", ["ppo", "impala"])
+def test_a_busy_learner_takes_up_to_max_segments_into_one_update(name):
+    algo = make_algorithm(name, OBS, ACT, {"segments_per_batch": 2, "max_segments_per_batch": 4}, seed=0)
+    make_chunk_of = ppo_chunk if name == "ppo" else impala_chunk
+    chunks = [make_chunk_of(algo, seed) for seed in range(6)]
+    assert algo.takes_more() and not algo.ready()
+    for chunk in chunks[:2]:
+        algo.ingest(chunk, staleness=0)
+    assert algo.ready() and algo.takes_more()  # enough to train; room for two more
+    for chunk in chunks[2:5]:
+        algo.ingest(chunk, staleness=0)
+    assert not algo.takes_more()
+    metrics = algo.learn()
+    assert metrics["segments"] == 4.0
+    assert len(algo.segments) == 1 and not algo.ready()  # the fifth waits for the next update
+    plain = make_algorithm(name, OBS, ACT, {"segments_per_batch": 2}, seed=0)
+    for chunk in chunks[:3]:
+        plain.ingest(chunk, staleness=0)
+    assert not plain.takes_more()  # without a maximum: exactly segments_per_batch

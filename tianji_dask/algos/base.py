@@ -86,6 +86,11 @@ class Algorithm(ABC):
         """True when ``learn()`` may run now (warm-up reached, replay ratio not exceeded, a full
         on-policy batch collected, ...)."""
 
+    def takes_more(self) -> bool:
+        """Would the next update train on one more chunk? An on-policy learner consumes waiting
+        chunks while this holds, and trains once it does not."""
+        return not self.ready()
+
     @abstractmethod
     def learn(self) -> dict[str, float]:
         """One update. The learner's version goes +1 per call. Returns float metrics, including

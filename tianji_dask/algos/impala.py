@@ -6,7 +6,8 @@ policy's log-probabilities of the taken actions (``act``'s extra ``logprob``, as
 learner's current policy pi and those behaviour probabilities mu give the importance ratios that
 V-trace clips (rho_bar, c_bar) to correct for the lag.
 
-One ``learn()`` takes the first ``segments_per_batch`` segments and makes ``update_epochs`` passes
+One ``learn()`` takes the first ``segments_per_batch`` segments (up to ``max_segments_per_batch``
+when more are waiting) and makes ``update_epochs`` passes
 over them: one version. By default each pass takes one gradient step per group of envs
 (``num_minibatches``), recomputing V-trace with the current network before each step; with
 ``minibatch_size`` set, each pass computes V-trace once for the whole batch and takes one step per
@@ -55,8 +56,11 @@ class IMPALAConfig(AlgoConfig):
     c_clip: float = Field(1.0, gt=0.0)
     lr: float = Field(5e-4, gt=0.0)
     adam_eps: float = Field(1e-5, gt=0.0)
-    #: chunks (segments) per batch: one learn() trains on exactly this many
+    #: chunks (segments) per batch: one learn() trains on at least this many
     segments_per_batch: int = Field(1, ge=1)
+    #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
+    #: batches instead of falling behind its explorers; null: exactly segments_per_batch
+    max_segments_per_batch: int | None = Field(None, ge=1)
     #: passes over the batch; each pass shuffles the envs into ``num_minibatches`` groups and
     #: takes one gradient step per group, with V-trace recomputed under the current policy
     update_epochs: int = Field(2, ge=1)
@@ -198,10 +202,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
         c = self.config
         if self.optimizer is None:
             self._make_optimizer()
-        n_seg = c.segments_per_batch
-        segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
-        lags = [self.updates - v for v in self.segment_versions[:n_seg]]
-        self.segment_versions = self.segment_versions[n_seg:]
+        segments, versions = self._take_batch()
+        lags = [self.updates - v for v in versions]
         self.late_segments_used += sum(1 for lag in lags if lag > 0)
         self.max_lag_used = max([self.max_lag_used, *lags])
         if c.minibatch_size is None:

@@ -4,8 +4,9 @@ Data arrives as chunks ("segments") from explorers. ``ingest`` keeps segments wh
 policy is at most ``max_policy_lag`` versions old (their stored log-probabilities make the
 clipped ratio correct) and drops older ones, counting them in ``dropped_segments``. Once
 ``segments_per_batch`` are in, ``learn()`` runs one full PPO iteration (all epochs x
-minibatches) over the first ``segments_per_batch`` of them: one version. Any surplus waits for
-the next batch, and is dropped there too if the update made it too old.
+minibatches) over the first ``segments_per_batch`` of them (up to ``max_segments_per_batch`` when
+more are waiting): one version. Any surplus waits for the next batch, and is dropped there too
+if the update made it too old.
 
 Values are not carried in chunks: ``learn()`` evaluates the current critic on every frame of a
 segment, which gives V(obs[t]), the bootstrap value after a truncation (the true final
@@ -47,8 +48,11 @@ class PPOConfig(AlgoConfig):
     gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
     lr: float = Field(5e-3, gt=0.0)
     adam_eps: float = Field(1e-5, gt=0.0)
-    #: chunks (segments) per batch: one learn() trains on exactly this many
+    #: chunks (segments) per batch: one learn() trains on at least this many
     segments_per_batch: int = Field(1, ge=1)
+    #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
+    #: batches instead of falling behind its explorers; null: exactly segments_per_batch
+    max_segments_per_batch: int | None = Field(None, ge=1)
     update_epochs: int = Field(2, ge=1)
     num_minibatches: int = Field(8, ge=1)
     clip_coef: float = Field(0.2, gt=0.0)
@@ -174,10 +178,8 @@ class PPO(SegmentActorCritic, Algorithm):
         c = self.config
         if self.optimizer is None:
             self._make_optimizer()
-        n_seg = c.segments_per_batch
-        segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
-        self.late_segments_used += sum(1 for v in self.segment_versions[:n_seg] if v < self.updates)
-        self.segment_versions = self.segment_versions[n_seg:]
+        segments, versions = self._take_batch()
+        self.late_segments_used += sum(1 for v in versions if v < self.updates)
         batch = self.build_batch(segments)
         B = len(batch["actions"])
         n_mb = min(c.num_minibatches, B)

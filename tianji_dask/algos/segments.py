@@ -115,6 +115,20 @@ class SegmentActorCritic:
     def ready(self) -> bool:
         return len(self.segments) >= self.config.segments_per_batch
 
+    def takes_more(self) -> bool:
+        return len(self.segments) < self._max_segments()
+
+    def _max_segments(self) -> int:
+        return max(self.config.max_segments_per_batch or 0, self.config.segments_per_batch)
+
+    def _take_batch(self) -> tuple[list[dict], list[int]]:
+        """The segments of the next update, oldest first, and their behaviour versions: at least
+        segments_per_batch, up to max_segments_per_batch of those waiting."""
+        n_seg = min(len(self.segments), self._max_segments())
+        segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
+        versions, self.segment_versions = self.segment_versions[:n_seg], self.segment_versions[n_seg:]
+        return segments, versions
+
     def chunks_per_update(self) -> int:
         """Chunks one update needs: segments_per_batch."""
         return self.config.segments_per_batch

@@ -72,6 +72,6 @@ class RelaxedLoop(Loop):
                 self._ingest(arrival)
             else:
                 usable.append(arrival)
-        while usable and not core.ready():
+        while usable and core.algo.takes_more():  # up to the update's batch, then it trains
             self._ingest(usable.popleft())
         self._pending = usable
