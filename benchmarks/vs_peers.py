@@ -427,13 +427,13 @@ def _start_sink(dask_worker) -> tuple:
     from tianji_dask.dataflow.direct import ChunkSink, sink_host
 
     dask_worker.bench_sink = ChunkSink(sink_host(dask_worker.address))
-    return dask_worker.bench_sink.address
+    return dask_worker.bench_sink.address, dask_worker.bench_sink.secret
 
 
-def _send_direct(chunk: dict, address: tuple, key: str) -> str:
+def _send_direct(chunk: dict, address: tuple, key: str, secret: bytes) -> str:
     from tianji_dask.dataflow.direct import send_chunk
 
-    send_chunk(address, key, chunk)
+    send_chunk(address, key, chunk, secret=secret)
     return key
 
 
@@ -587,7 +587,7 @@ def cmd_transfer(args) -> int:
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         a, b = sorted(client.scheduler_info()["workers"])
-        sink_address = client.run(_start_sink, workers=[b])[b]
+        sink_address, sink_secret = client.run(_start_sink, workers=[b])[b]
         for mib in args.sizes_mib:
             # each round sends every way back to back, so its ratios compare the same minute of a noisy machine
             dask_rates, e2e_rates, paired = [], [], {"transfer": [], "direct": [], "direct_tcp": []}
@@ -605,7 +605,8 @@ def cmd_transfer(args) -> int:
                 # direct by Unix socket (one host) and by TCP (as from another), alternately first: the first is slower
                 round_rates, ways = {}, [("direct", sink_address), ("direct_tcp", tuple(sink_address[:2]))]
                 for way, address in ways[::-1] if i % 2 else ways:
-                    key = client.submit(_send_direct, x, address, f"{way}-{mib}-{i}", workers=[a], pure=False).result()
+                    key = client.submit(_send_direct, x, address, f"{way}-{mib}-{i}", sink_secret, workers=[a],
+                                        pure=False).result()
                     sent, seconds = client.run(_sink_take, key, workers=[b])[b]
                     round_rates[way] = sent / seconds
                 del x

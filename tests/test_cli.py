@@ -1,14 +1,16 @@
-"""The command line as a user meets it in a terminal: the live progress display, in a real
-pseudo-terminal, and the lines around it."""
+"""The command line as a user meets it: the live progress display in a real pseudo-terminal, plain
+lines into a pipe, ``--set``, ``pipelines`` and ``show``, and SIGTERM as a batch system sends it."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tianji_dask.config import resolve_pipeline_path
@@ -57,3 +59,156 @@ def test_live_progress_redraws_one_line_in_a_terminal(tmp_path):
     assert "version" in line and "env steps" in line and "mean return" in line
     assert "tianji-dask: solved CartPole-v1" in text and "tianji-dask: results" in text
     assert (tmp_path / "run" / "results.json").exists()
+
+
+def _cli(*args, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianji_dask", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def _plain(text: str) -> None:
+    """What a log file should hold: whole lines, no terminal codes, no padding, no Python warnings."""
+    for line in text.splitlines():
+        assert "\x1b" not in line and "\r" not in line and line == line.rstrip() and len(line) < 300, repr(line)
+    assert "Warning" not in text and "warnings.warn" not in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("setting,named", [
+    ("no.such.key=1", "no.such.key"),
+    ("stop.windw=3", "stop.windw"),
+    ("explorers=0", "explorers"),
+    ("explorers", "KEY=VALUE"),  # no "="
+    ("algo.config.lr=[1,", "algo.config.lr"),  # not YAML
+])
+def test_a_bad_set_is_one_line_and_exit_2(tmp_path, setting, named):
+    out = tmp_path / "run"
+    proc = _cli("train", "cartpole_ppo", "--set", setting, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and named in proc.stderr, proc.stderr
+    assert proc.stdout == "" and not out.exists()
+
+
+def test_a_bad_set_names_what_is_allowed():
+    proc = _cli("show", "cartpole_ppo", "--set", "no.such.key=1")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("tianji-dask: error: no.such.key: unknown key 'no'; allowed: algo, balance,"), proc.stderr
+    proc = _cli("show", "cartpole_ppo", "--set", "stop.windw=3")
+    assert "stop.windw: unknown key; allowed: " in proc.stderr and " window" in proc.stderr, proc.stderr
+
+
+def test_set_reaches_the_run_and_a_later_setting_wins(tmp_path):
+    import socket
+
+    # a dashboard port that is taken: one line says which port the dashboard moved to, no warning
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = tmp_path / "run"
+        proc = _cli("train", "cartpole_ppo", "--explorers", "3", "--set", "explorers=1", "--set", "stop.max_seconds=5",
+                    "--set", f"cluster.dashboard_address=:{port}", "--out", str(out))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    assert "tianji-dask: training cartpole_ppo (CartPole-v1, ppo, relaxed, 1 explorer)" in proc.stdout, text
+    assert f"tianji-dask: dashboard port {port} is taken; using " in proc.stdout, text
+    # stdout and stderr are pipes here: the progress comes as plain whole lines
+    assert "[relaxed] " in proc.stderr and "in flight" in proc.stderr.splitlines()[0], proc.stderr
+    _plain(text)
+    results = json.loads((out / "results.json").read_text())
+    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_seconds"] == 5
+    assert set(results["controller"]["per_explorer_env_steps"]) == {"0"}
+
+
+def test_pipelines_lists_every_bundled_pipeline():
+    from tianji_dask.config import bundled_pipelines_dir
+
+    proc = _cli("pipelines")
+    assert proc.returncode == 0 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["name", "env", "id", "algorithm", "target", "return"]
+    files = sorted(bundled_pipelines_dir().glob("*.yaml"))
+    assert len(lines) == 1 + len(files)
+    for path, line in zip(files, lines[1:]):
+        data = yaml.safe_load(path.read_text())
+        target = data["stop"].get("target_return")
+        assert line.split() == [path.stem, data["env"]["id"], data["algo"]["name"], "-" if target is None else f"{target:g}"]
+
+
+def test_show_prints_a_pipeline_that_loads_back_equal_and_trains(tmp_path):
+    from tianji_dask.config import load_pipeline, parse_pipeline
+
+    settings = ["explorers=3", "algo.config.lr=3e-4", "controller.replay_ratio=null", "env.kwargs={max_episode_steps: 200}"]
+    proc = _cli("show", "cartpole_ppo", *[a for s in settings for a in ("--set", s)])
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    shown = yaml.safe_load(proc.stdout)
+    expected = load_pipeline("cartpole_ppo", overrides={"explorers": 3, "algo.config.lr": 3e-4, "controller.replay_ratio": None,
+                                                        "env.kwargs": {"max_episode_steps": 200}})
+    assert parse_pipeline(shown) == expected and parse_pipeline(shown).model_dump() == expected.model_dump()
+    assert shown["explorers"] == 3 and shown["algo"]["config"]["lr"] == 3e-4 and shown["controller"]["replay_ratio"] is None
+    assert set(shown) >= {"stop", "controller", "learner", "cluster", "checkpoint"}  # every field, defaults filled in
+    path = tmp_path / "shown.yaml"
+    path.write_text(proc.stdout)
+    assert _cli("show", str(path)).stdout == proc.stdout  # showing the shown pipeline changes nothing
+    out = tmp_path / "run"
+    proc = _cli("train", str(path), "--mode", "single", "--max-seconds", "2", "--quiet", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((out / "results.json").read_text())["pipeline_config"]["explorers"] == 3
+
+
+def _train_in_its_own_session(out, *args) -> subprocess.Popen:
+    # a session of its own, as a batch job's processes are: the SIGTERM goes to every process in it
+    return subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", *args, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_sigterm_while_the_cluster_starts_is_one_line(tmp_path):
+    import signal
+
+    proc = _train_in_its_own_session(tmp_path / "run", "--set", "stop.max_seconds=60")
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("tianji-dask: training cartpole_ppo"), first
+        os.killpg(proc.pid, signal.SIGTERM)  # the cluster is starting now
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, rest
+    assert "Traceback" not in rest and "Warning" not in rest, rest
+    # given up while starting, or (on a fast machine) stopped once started: either way one line says so
+    assert rest.endswith("tianji-dask: interrupted (SIGTERM)\n") or "stopped by SIGTERM" in rest, rest
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_run_cleanly_and_resume_continues_it(tmp_path):
+    import re
+    import signal
+
+    out = tmp_path / "run"
+    proc = _train_in_its_own_session(out, "--set", "stop.target_return=null", "--set", "stop.max_seconds=60")
+    seen = []
+    try:
+        for line in proc.stdout:  # progress lines come every few seconds; wait for one after an update
+            seen.append(line)
+            m = re.match(r"\[relaxed\] .* version (\d+) ", line)
+            if m and int(m.group(1)) > 0:
+                break
+        os.killpg(proc.pid, signal.SIGTERM)  # as a batch system does at its time limit: every process of the job
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(seen) + rest
+    assert proc.returncode == 143, text
+    assert "Traceback" not in text and "(stopped: stopped)" in text and f"tianji-dask resume {out}" in text, text
+    first = json.loads((out / "results.json").read_text())
+    assert first["stop_reason"] == "stopped" and first["error"] is None and first["learner_restarts"] == []
+    assert first["updates"] > 0 and list((out / "checkpoints").glob("ckpt-*.pt"))
+
+    # resume goes on from the checkpoint: a budget of some more env steps than the stopped run made
+    proc = _cli("resume", str(out), "--quiet", "--set", f"stop.max_env_steps={first['env_steps'] + 20_000}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("tianji-dask: resuming cartpole_ppo from "), proc.stdout
+    second = json.loads((out / "results.json").read_text())
+    assert second["stop_reason"] == "max_env_steps" and second["error"] is None
+    assert second["env_steps"] > first["env_steps"] and second["updates"] > first["updates"]

@@ -129,3 +129,37 @@ def test_an_actor_handle_from_its_address_and_key(client):
 
     assert actor.add().result() == 1
     assert client.submit(call_from_worker, pure=False).result() == 2
+
+
+def test_the_environment_a_nanny_gives_its_workers_is_read_before_distributed_is_imported():
+    # the forkserver starts before the CLI imports distributed, and must start with the Nanny's variables
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from tianji_dask import dask_internals; before = dask_internals.worker_spawn_environ(); "
+            "assert 'distributed' not in sys.modules; import distributed; "
+            "print(json.dumps([before, dask_internals.worker_spawn_environ()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = json.loads(proc.stdout)
+    assert before == after and "OMP_NUM_THREADS" in before
+
+
+def test_a_dashboard_is_built_later_on_a_scheduler_made_without_one():
+    # a run's own cluster builds its dashboard once the learner runs (cluster.serve_dashboard)
+    from distributed import Scheduler
+
+    def make(scheduler, extra, doc):
+        doc.title = "test"
+
+    async def scenario():
+        async with Scheduler(dashboard_address=":0", dashboard=False) as scheduler:
+            assert not dask_internals.add_page_to_running_scheduler(scheduler, "/tianji-later", make)  # none yet
+            dask_internals.serve_dashboard(scheduler)
+            pages = [app._applications for app in scheduler.http_application.applications if hasattr(app, "_applications")]
+            assert len(pages) == 1 and "/status" in pages[0]
+            assert dask_internals.add_page_to_running_scheduler(scheduler, "/tianji-later", make)
+
+    import asyncio
+
+    asyncio.run(scenario())

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import math
+import os
+import re
+import signal
 import sys
+import threading
 import time
+import warnings
 
-from tianji_dask.config import PipelineError
+from tianji_dask.errors import PipelineError  # not config: it imports torch, and the CLI starts first
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+EXIT_TERMINATED = 143  # as a shell reports a process ended by SIGTERM
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,29 +42,109 @@ def _number(flag: str, cast, *, minimum, inclusive: bool, what: str):
     return parse
 
 
+def _setting(text: str):
+    """``--set KEY=VALUE``: a dotted pipeline field and its value, read as YAML (3, 0.5, null, [1, 2])."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not all(key.split(".")):
+        raise argparse.ArgumentTypeError(f"KEY=VALUE expected, with a dotted pipeline field as KEY "
+                                         f"(e.g. stop.max_seconds=60), got {text!r}")
+    if re.fullmatch(r"\s*[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+\s*", raw):  # YAML 1.1 reads 3e-4 as a string
+        return key, float(raw)
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise argparse.ArgumentTypeError(f"{key}: {raw!r} is not a YAML value (a number, true, false, null, "
+                                         "a string, [a, b] or {k: v})") from None
+
+
+class _Override(argparse.Action):
+    """A flag that sets pipeline fields, recorded in command-line order so that the later of two
+    settings of one field wins (``--explorers 4 --set explorers=1`` trains with one)."""
+
+    def __init__(self, *args, fields, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields = fields  # the field names the value goes to, or a function of the value giving {field: value}
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        settings = self.fields(values) if callable(self.fields) else {field: values for field in self.fields}
+        # a new list each time: argparse would share a mutable default between parses
+        namespace.overrides = [*(getattr(namespace, "overrides", None) or ()), *settings.items()]
+
+
+def _overrides(args) -> dict:
+    """The pipeline fields the flags set, in command-line order (the later setting of a field wins)."""
+    overrides: dict = {}
+    for key, value in getattr(args, "overrides", None) or ():
+        overrides.pop(key, None)  # re-inserted last: applied after the settings given before it
+        overrides[key] = value
+    return overrides
+
+
+SET_HELP = "set a pipeline field, dotted, to a YAML value (e.g. stop.max_seconds=60, controller.replay_ratio=null); repeatable"
+
+
+def _scheduler(address: str) -> dict:
+    return {"cluster.kind": "address", "cluster.address": address}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tianji-dask", description="Distributed deep-RL training as a Dask dataflow.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser("train", help="train a pipeline and print its time-to-solve")
     train.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
-    train.add_argument("--mode", choices=["relaxed", "lockstep", "single"])
-    train.add_argument("--explorers", type=_number("--explorers", int, minimum=1, inclusive=True, what="a whole number"), help="explorer streams")
+    train.add_argument("--mode", choices=["relaxed", "lockstep", "single"], action=_Override, fields=["mode"])
+    train.add_argument("--explorers", type=_number("--explorers", int, minimum=1, inclusive=True, what="a whole number"), help="explorer streams",
+                       action=_Override, fields=["explorers"])
     train.add_argument("--groups", type=_number("--groups", int, minimum=1, inclusive=True, what="a whole number"),
-                       help="learner groups, each with its own explorers; their models are averaged")
-    train.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"))
-    train.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="stop after this many seconds of training")
-    train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786")
+                       help="learner groups, each with its own explorers; their models are averaged", action=_Override, fields=["groups"])
+    train.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), action=_Override, fields=["seed"])
+    train.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="stop after this many seconds of training",
+                       action=_Override, fields=["stop.max_seconds"])
+    train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786", action=_Override, fields=_scheduler)
+    train.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
     train.add_argument("--out", help="results directory (default runs/NAME-MODE-TIME-ID)")
     train.add_argument("--quiet", action="store_true", help="no live progress display")
+    train.add_argument("--verbose", action="store_true", help="print when each step of the start was reached and how long the shutdown took")
     resume = sub.add_parser("resume", help="continue a stopped or crashed run from its newest checkpoint")
     resume.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
-    resume.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="a new time budget (training seconds in all)")
-    resume.add_argument("--scheduler", help="continue on an existing cluster, e.g. tcp://HOST:8786")
+    resume.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="a new time budget (training seconds in all)",
+                        action=_Override, fields=["stop.max_seconds"])
+    resume.add_argument("--scheduler", help="continue on an existing cluster, e.g. tcp://HOST:8786", action=_Override, fields=_scheduler)
+    resume.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP + "; not env, algo.name or groups",
+                        action=_Override, fields=lambda kv: dict([kv]))
     resume.add_argument("--quiet", action="store_true", help="no live progress display")
+    resume.add_argument("--verbose", action="store_true", help="print when each step of the start was reached and how long the shutdown took")
     plot = sub.add_parser("plot", help="write PNG figures of recorded runs (several runs: one figure each, overlaid)")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's results directory")
     plot.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots of the first run)")
+    sub.add_parser("pipelines", help="list the bundled pipelines: name, env id, algorithm, target return")
+    show = sub.add_parser("show", help="print a pipeline as YAML, resolved and validated (every field, defaults filled in)")
+    show.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
+    show.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
     return parser
+
+
+def cmd_pipelines(args) -> int:
+    from tianji_dask.config import bundled_pipelines
+
+    rows = [(r["name"], r["env_id"] or "-", r["algo"] or "-", "-" if r["target_return"] is None else f"{r['target_return']:g}")
+            for r in bundled_pipelines()]
+    header = ("name", "env id", "algorithm", "target return")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+    return 0
+
+
+def cmd_show(args) -> int:
+    from tianji_dask.config import load_pipeline, pipeline_yaml
+
+    print(pipeline_yaml(load_pipeline(args.pipeline, overrides=_overrides(args))), end="")
+    return 0
 
 
 def cmd_plot(args) -> int:
@@ -77,7 +166,7 @@ def _fmt(value, spec=".1f", none="-"):
 
 
 class _Progress:
-    """Live progress on a terminal; a line every few seconds elsewhere (logs, CI)."""
+    """Live progress on a terminal; a plain line every few seconds elsewhere (logs, CI)."""
 
     def __init__(self, run, quiet: bool):
         from rich.console import Console
@@ -99,7 +188,8 @@ class _Progress:
         )
 
     def __enter__(self):
-        if not self.quiet and self.console.is_terminal:
+        # isatty too: FORCE_COLOR would make rich draw (and pad) its live display into a log file
+        if not self.quiet and self.console.is_terminal and sys.stderr.isatty():
             from rich.live import Live
 
             self.live = Live("starting…", console=self.console, refresh_per_second=4, transient=False)
@@ -114,7 +204,7 @@ class _Progress:
         if self.live is not None:
             self.live.update(Text(self.line(status)))  # plain text: "[relaxed]" is not markup
         elif time.time() - self.last_line > 5:
-            self.console.print(Text(self.line(status)), highlight=False)
+            print(self.line(status), file=sys.stderr, flush=True)  # whole lines: no wrapping, no padding
             self.last_line = time.time()
 
     def __exit__(self, *exc):
@@ -122,41 +212,102 @@ class _Progress:
             self.live.__exit__(*exc)
 
 
+def _start_workers_early(overrides: dict) -> float:
+    """Start the process an embedded cluster's workers fork from now, so that it imports torch
+    and gymnasium while this one imports them and checks the pipeline (see forkserver.py); a
+    pipeline file that names single mode or another cluster leaves it idle. Returns when the CLI
+    was ready: its own imports done, its arguments parsed."""
+    t_ready = time.time()
+    if overrides.get("mode") != "single" and overrides.get("cluster.kind", "local") == "local":
+        from tianji_dask import forkserver
+
+        forkserver.start()
+    return t_ready
+
+
 def cmd_train(args) -> int:
+    t_ready = _start_workers_early(_overrides(args))
     from tianji_dask.run import Run
 
-    overrides = {"mode": args.mode, "explorers": args.explorers, "groups": args.groups, "seed": args.seed,
-                 "stop.max_seconds": args.max_seconds}
-    overrides = {k: v for k, v in overrides.items() if v is not None}  # flags not given
-    if args.scheduler:
-        overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
-    run = Run(args.pipeline, out=args.out, overrides=overrides)
+    run = Run(args.pipeline, out=args.out, overrides=_overrides(args))
+    run._startup["import"] = t_ready
     p = run.pipeline
-    groups = f"{p.groups} groups of {p.explorers} explorers" if p.groups > 1 else f"{p.explorers} explorers"
+    explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
+    groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
     print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.name}, {p.mode}, {groups})", flush=True)
     if p.simulated():
         print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
               f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
-    return _train(run, args.quiet)
+    return _train(run, args.quiet, args.verbose)
 
 
 def cmd_resume(args) -> int:
+    overrides = _overrides(args)
+    fixed = [k for k in overrides if k in ("env", "env.id", "algo", "algo.name", "groups")]
+    if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
+        raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
+                            "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
+    t_ready = _start_workers_early(overrides)
     from tianji_dask.run import Run
 
-    overrides = {"stop.max_seconds": args.max_seconds} if args.max_seconds is not None else {}
-    if args.scheduler:
-        overrides.update({"cluster.kind": "address", "cluster.address": args.scheduler})
     run = Run.resume(args.run_dir, overrides=overrides)
+    run._startup["import"] = t_ready
     print(f"tianji-dask: resuming {run.pipeline.name} from {run._resume_from}", flush=True)
-    return _train(run, args.quiet)
+    return _train(run, args.quiet, args.verbose)
 
 
-def _train(run, quiet: bool) -> int:
+class _SigTerm:
+    """SIGTERM (a batch system's time limit or cancel, ``kill``) is Ctrl-C: the first one stops
+    the run cleanly, one while the run starts or stops gives up; the exit code says it came."""
+
+    received = False
+
+    def __call__(self, signum, frame):
+        _SigTerm.received = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    @contextlib.contextmanager
+    def handled(cls):
+        cls.received = False
+        if threading.current_thread() is not threading.main_thread():  # only there may handlers be set
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, cls())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dashboard_port_moved(run) -> tuple[int, int] | None:
+    """(wanted, taken) when the cluster this run started could not have the dashboard port it asked for."""
+    from urllib.parse import urlsplit
+
+    wanted = run.pipeline.cluster.dashboard_address
+    if run.cluster is None or not run.dashboard_link or not wanted or not wanted.rpartition(":")[2].isdigit():
+        return None
+    wanted, taken = int(wanted.rpartition(":")[2]), urlsplit(run.dashboard_link).port
+    return (wanted, taken) if wanted and taken and taken != wanted else None
+
+
+def _train(run, quiet: bool, verbose: bool = False) -> int:
     try:
-        run.start()
+        with warnings.catch_warnings():
+            # distributed warns, with a source line, when the dashboard port is taken; one line below says it
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+            run.start()
     except KeyboardInterrupt:  # before the run began: nothing to keep but the cluster to close
         run.close()
         raise
+    except Exception:
+        if not _SigTerm.received:
+            raise
+        run.close()  # a batch system's SIGTERM reaches the starting workers too: the start failed because of it
+        raise KeyboardInterrupt from None
+    moved = _dashboard_port_moved(run)
+    if moved:
+        print(f"tianji-dask: dashboard port {moved[0]} is taken; using {moved[1]}", flush=True)
     if run.dashboard_link:
         tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
@@ -164,6 +315,8 @@ def _train(run, quiet: bool) -> int:
         try:
             results = run.wait(on_status=progress)
         except KeyboardInterrupt:
+            if _SigTerm.received:
+                print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)
             run.stop()
             results = run.wait()
     if results.get("error"):
@@ -180,25 +333,72 @@ def _train(run, quiet: bool) -> int:
             f"{results['env_steps']:,} env steps, final mean return {_fmt(results['final_mean_return'])}"
         )
     print(f"tianji-dask: results {run.results_path}")
+    if verbose:
+        _print_timings(run)
+    if _SigTerm.received:
+        print(f"tianji-dask: stopped by SIGTERM; `tianji-dask resume {run.out}` continues it", flush=True)
+        return EXIT_TERMINATED
     return 1 if results.get("error") else 0
 
 
+STARTUP_STEPS = {"import_s": "imports done", "checked_s": "pipeline checked", "cluster_s": "cluster up",
+                 "learner_built_s": "learner built", "first_chunk_s": "first chunk consumed"}
+
+
+def _print_timings(run) -> None:
+    """--verbose: when each step of the start was reached, and how long the shutdown took."""
+    startup = (run.results or {}).get("startup") or {}
+    for key, step in STARTUP_STEPS.items():
+        print(f"tianji-dask: startup: {step:<21} {_fmt(startup.get(key), '6.2f', '     -')} s after process start")
+    if run.shutdown:
+        print(f"tianji-dask: shutdown: results written {run.shutdown['results_written_s']:.2f} s, cluster closed "
+              f"{run.shutdown['closed_s']:.2f} s after the learner stopped")
+
+
 def main(argv=None) -> int:
+    """The CLI. Run as the program (``argv`` None), it ends the process as soon as every exit
+    handler has run (see ``_exit_now``)."""
+    if argv is not None:
+        return _command(argv)
+    atexit.register(_exit_now)  # the first registered runs last, after every other exit handler
+    _exit_now.code = _command(None)
+    return _exit_now.code
+
+
+def _exit_now() -> None:
+    """Skip what would follow the exit handlers: Python's teardown (a full garbage collection
+    over every object torch and bokeh made) and torch's C++ destructors, seconds on a small
+    machine, with the results written, the cluster closed and nothing left to free."""
+    code = getattr(_exit_now, "code", None)
+    if code is None:  # main raised: the usual exit, with its traceback
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _command(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "train":
-            return cmd_train(args)
+            with _SigTerm.handled():
+                return cmd_train(args)
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "resume":
-            return cmd_resume(args)
+            with _SigTerm.handled():
+                return cmd_resume(args)
+        if args.command == "pipelines":
+            return cmd_pipelines(args)
+        if args.command == "show":
+            return cmd_show(args)
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:  # while starting, or a second Ctrl-C during the clean stop
-        print("tianji-dask: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop
+        print("tianji-dask: interrupted" + (" (SIGTERM)" if _SigTerm.received else ""), file=sys.stderr)
+        return EXIT_TERMINATED if _SigTerm.received else EXIT_INTERRUPTED
     return EXIT_USAGE
 
 

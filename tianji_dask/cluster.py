@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
 import signal
-import threading
 from dataclasses import dataclass, field
 
 import dask
@@ -26,6 +24,15 @@ class Opened:
     cluster: object = None
     learner_jobs: list = field(default_factory=list)
     start_timeout: float = 60
+    dashboard_later: bool = False  # a local cluster whose dashboard serve_dashboard builds
+
+    def serve_dashboard(self) -> None:
+        if self.dashboard_later:
+            self.dashboard_later = False
+            try:
+                serve_dashboard(self.cluster)
+            except Exception as err:  # noqa: BLE001 - a run goes on without its dashboard
+                logging.getLogger(__name__).warning("tianji: the dashboard was not built: %s", err)
 
     def close(self) -> None:
         self.client.close()
@@ -47,9 +54,10 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
                                          security, learners=learners, explorer_threads=explorer_threads)
         return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout)
+    later = cluster_config.dashboard_address is not None
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
-                            explorer_threads=explorer_threads)
-    return Opened(Client(cluster), cluster)
+                            explorer_threads=explorer_threads, dashboard_later=later)
+    return Opened(Client(cluster), cluster, dashboard_later=later)
 
 
 def default_explorer_workers(explorers: int) -> int:
@@ -70,19 +78,26 @@ def make_security(setting):
 
 
 def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None,
-                  learner_workers: int = 1, explorer_threads: int = 1) -> LocalCluster:
+                  learner_workers: int = 1, explorer_threads: int = 1, dashboard_later: bool = False) -> LocalCluster:
     """``learner_workers`` LEARNER worker processes (one per group, one thread each) plus
     ``explorer_workers`` EXPLORER worker processes that run ``explorer_threads`` explorer tasks at
     once, with the active memory manager off (it deletes the weight replicas explorers read),
-    ignoring Ctrl-C (the driver handles it). With ``security`` every connection is TLS."""
+    ignoring Ctrl-C (the driver handles it). With ``security`` every connection is TLS. With
+    ``dashboard_later`` the scheduler's HTTP server takes ``dashboard_address`` but the dashboard
+    is built by ``serve_dashboard``: importing bokeh is a large part of a start, and a run does
+    it once its learner runs."""
+    from tianji_dask import forkserver
     from tianji_dask.observe.dashboard import install
 
-    install()  # the /tianji pages, before the scheduler is built (JupyterLab lists only those)
+    # workers fork from a process that has imported torch and gymnasium once (the CLI started it early)
+    method = "forkserver" if forkserver.start() else "spawn"
+    if not dashboard_later:
+        install()  # the /tianji pages, before the scheduler is built (JupyterLab lists only those)
     tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
-            silence_logs=logging.ERROR, **tls,
+            silence_logs=logging.ERROR, scheduler_kwargs={"dashboard": False} if dashboard_later else None, **tls,
         )
     template = dask_internals.worker_template(cluster)
     # a terminal's Ctrl-C is for the driver, which stops the run cleanly (see worker_preload)
@@ -96,24 +111,25 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: explorer_threads}, nthreads=explorer_threads)
         specs[f"tianji-explorer-{i}"] = explorer
-    with _sigint_ignored():
+    # a worker the nanny restarts later is spawned: the method is this start's, not the process's
+    with forkserver.ignoring(signal.SIGINT), dask.config.set({"distributed.worker.multiprocessing-method": method}):
         dask_internals.add_workers(cluster, specs)
     return cluster
 
 
-@contextlib.contextmanager
-def _sigint_ignored():
-    """Start worker processes with SIGINT ignored from birth: a Ctrl-C while they import would kill
-    them before their preload runs, and the cluster's start would end in tracebacks. A Ctrl-C in
-    these few seconds is lost; the next one stops the run."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+def serve_dashboard(cluster) -> None:
+    """Build the dashboard, the /tianji pages with it, of a local cluster made with
+    ``dashboard_later``; nothing without bokeh."""
+    from tianji_dask.observe.dashboard import install
+
+    if dask_internals.scheduler_page_table() is None:
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    install()
+
+    async def on_the_loop():
+        dask_internals.serve_dashboard(cluster.scheduler)
+
+    cluster.sync(on_the_loop)
 
 
 def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1,

@@ -14,12 +14,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tianji_dask.algos import algorithm_registry
+from tianji_dask.errors import PipelineError
+from tianji_dask.validation_errors import one_line
 
 Mode = Literal["relaxed", "lockstep", "single"]
-
-
-class PipelineError(ValueError):
-    """A user-caused configuration error; ``str()`` is the one line to show."""
 
 
 class _Strict(BaseModel):
@@ -309,7 +307,7 @@ class Pipeline(_Strict):
         try:
             cfg_cls.model_validate(self.algo.config)
         except ValidationError as err:
-            raise PipelineError(_one_line(err, prefix="algo.config")) from None
+            raise PipelineError(one_line(err, prefix="algo.config", model=cfg_cls)) from None
         return self
 
     @property
@@ -322,25 +320,6 @@ class Pipeline(_Strict):
         return self.controller.window or self.explorers
 
 
-def _one_line(err: ValidationError, prefix: str = "") -> str:
-    first = err.errors()[0]
-    inner = first.get("ctx", {}).get("error")
-    if isinstance(inner, PipelineError):  # raised by a model validator: already one full line
-        return str(inner)
-    loc = ".".join(str(p) for p in first["loc"])
-    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif first["type"] == "missing":
-        msg = "required"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    shown = first.get("input")
-    tail = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(shown, dict) else f" (got {shown!r})"
-    return f"{loc or 'pipeline'}: {msg}{tail}"
-
-
 def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | None = None) -> Pipeline:
     """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""
     if not isinstance(data, dict):
@@ -351,7 +330,7 @@ def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | Non
     except PipelineError:
         raise
     except ValidationError as err:
-        raise PipelineError(_one_line(err)) from None
+        raise PipelineError(one_line(err, model=Pipeline, overrides=overrides)) from None
     from tianji_dask.envs import check_env_id
 
     try:
@@ -369,11 +348,35 @@ def _apply_overrides(data: dict, overrides: dict) -> dict:
         node = data
         *parents, leaf = dotted.split(".")
         for part in parents:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:  # absent, or null as a resolved pipeline writes an unset section
+                node[part] = {}
+            node = node[part]
             if not isinstance(node, dict):
-                raise PipelineError(f"{dotted}: cannot set inside a non-mapping")
+                raise PipelineError(f"{dotted}: cannot set inside {part!r}, which is not a mapping")
         node[leaf] = value
     return data
+
+
+def pipeline_yaml(pipeline: Pipeline) -> str:
+    """The resolved pipeline as YAML that loads back to an equal pipeline (every field, defaults
+    filled in)."""
+    data = pipeline.model_dump(mode="json")
+    if pipeline.balance is not None:  # derived from balance: giving them too is an error
+        data.pop("chunk_steps")
+        data["learner"].pop("publish_every")
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def bundled_pipelines() -> list[dict]:
+    """Each bundled pipeline's name, env id, algorithm and target return, read without validating
+    (a pipeline whose env needs an extra that is not installed is still listed)."""
+    rows = []
+    for path in sorted(bundled_pipelines_dir().glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        rows.append({"name": path.stem, "env_id": (data.get("env") or {}).get("id"),
+                     "algo": (data.get("algo") or {}).get("name"),
+                     "target_return": (data.get("stop") or {}).get("target_return")})
+    return rows
 
 
 def load_pipeline(path: str | os.PathLike, overrides: dict | None = None) -> Pipeline:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import time
 
 CHECKED_RELEASES = ("2026.8.0",)
@@ -101,6 +102,30 @@ def add_workers(cluster, specs: dict) -> None:
     cluster.sync(cluster._correct_state)
 
 
+def worker_spawn_environ() -> dict[str, str]:
+    """The variables a Nanny puts in the environment before it starts a worker process
+    (``distributed.nanny.pre-spawn-environ``: OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, ...;
+    a variable already set wins), read without importing distributed: the forkserver workers
+    fork from starts before distributed is imported, and its children inherit its environment,
+    not the one the Nanny prepares. The defaults are distributed's ``distributed.yaml``, which
+    only ``import distributed`` adds to dask's config."""
+    import sys
+
+    import dask.config
+
+    config = dask.config.get("distributed.nanny.pre-spawn-environ", default=None)
+    if "distributed" not in sys.modules:
+        import importlib.util
+        from pathlib import Path
+
+        import yaml
+
+        path = Path(importlib.util.find_spec("distributed").origin).with_name("distributed.yaml")
+        defaults = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        config = {**defaults["distributed"]["nanny"]["pre-spawn-environ"], **(config or {})}
+    return {k: os.environ.get(k, str(v)) for k, v in (config or {}).items() if v is not None}
+
+
 def worker_template(cluster) -> dict:
     """A copy of the spec of the workers a ``SpecCluster`` makes (``SpecCluster.new_spec``)."""
     import copy
@@ -130,11 +155,10 @@ def add_page_to_running_scheduler(scheduler, path: str, make_doc) -> bool:
     """Serve a Bokeh page at ``path`` on a scheduler that is already running (one started before
     the page table had it). False when the scheduler has no dashboard or already serves it."""
     http = getattr(scheduler, "http_application", None)
-    if http is None:
+    pages = [getattr(app, "_applications", None) for app in getattr(http, "applications", [])]
+    pages = [p for p in pages if p is not None]
+    if not pages or any(path in p for p in pages):  # HTTP routes but no Bokeh app: no dashboard
         return False
-    for app in getattr(http, "applications", []):
-        if path in getattr(app, "_applications", {}):
-            return False
     from tornado.ioloop import IOLoop
 
     from distributed.dashboard.core import BokehApplication
@@ -144,6 +168,16 @@ def add_page_to_running_scheduler(scheduler, path: str, make_doc) -> bool:
     app.initialize(IOLoop.current())
     app.start()
     return True
+
+
+def serve_dashboard(scheduler) -> None:
+    """Build Dask's dashboard, with every page in the page table, on a running scheduler made
+    with ``dashboard=False``, whose HTTP server is already up: what ``Scheduler.__init__`` does
+    when it makes one (``distributed.dashboard.scheduler.connect``), so that bokeh can be
+    imported after the cluster has started. Call it on the scheduler's event loop."""
+    from distributed.dashboard.scheduler import connect
+
+    connect(scheduler.http_application, scheduler.http_server, scheduler, prefix="/")
 
 
 def dashboard_template():

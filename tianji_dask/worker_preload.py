@@ -1,10 +1,11 @@
-"""Preloaded into the embedded cluster's worker processes: Ctrl-C is for the driver.
+"""Preloaded into the embedded cluster's worker processes: Ctrl-C and SIGTERM are for the driver.
 
 A terminal's Ctrl-C sends SIGINT to every process in its foreground group, the cluster's worker
-processes too. Interrupted, the learner's worker dies mid-run, and the driver's clean stop
-(final state, results written, chunks accounted for) has no learner left to stop. So the
-workers ignore SIGINT; the driver catches it, stops the run, writes its results, and closes the
-cluster, which ends the workers.
+processes too; a batch system's time limit or cancel sends SIGTERM to every process of the job.
+Interrupted, the learner's worker dies mid-run, and the driver's clean stop (final state, results
+written, chunks accounted for) has no learner left to stop. So the workers ignore both; the
+driver catches them, stops the run, writes its results, and closes the cluster, which ends the
+workers (with SIGKILL if one does not close, and at once if the driver dies).
 """
 
 from __future__ import annotations
@@ -16,3 +17,4 @@ import threading
 def dask_setup(worker) -> None:
     if threading.current_thread() is threading.main_thread():  # where signal handlers may be set
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -27,6 +27,8 @@ class Ledger:
         self.rows_dir = None if rows_dir is None else Path(rows_dir)
         self.t_run_start = t_run_start
         self.t_process_start = t_process_start
+        self.t_built = t_run_start  # this learner's own start: a resume moves t_run_start, not this
+        self.t_first_chunk: float | None = None
         self.explorer_workers = explorer_workers
         self.episodes = self._rows("episodes", 4)  # (t_end, return, length, explorer_id)
         self.chunk_rows = self._rows("chunks", len(CHUNK_FIELDS))
@@ -60,6 +62,8 @@ class Ledger:
         ``submit_version``: the learner's version when the chunk's task was submitted (the
         chunk's policy is at most ``publish_every - 1`` versions older than that)."""
         t_consumed = time.time() if t_consumed is None else t_consumed
+        if self.t_first_chunk is None:
+            self.t_first_chunk = t_consumed
         staleness = version - chunk["policy_version"]
         age_s = max(0.0, t_consumed - chunk["t_end"])
         self.chunk_rows.append((
@@ -185,6 +189,13 @@ class Ledger:
             "chunks_dropped": sum(self.dropped.values()),
         }
 
+    def startup(self) -> dict:
+        """Seconds from process start to this learner built and to its first chunk consumed."""
+        def since(t):
+            return None if t is None else t - self.t_process_start
+
+        return {"learner_built_s": since(self.t_built), "first_chunk_s": since(self.t_first_chunk)}
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of (episodes, chunk log) as float64 arrays."""
         return self.episodes.all(), self.chunk_rows.all()
@@ -231,6 +242,7 @@ class Ledger:
             "staleness_versions": staleness_summary(staleness),
             "age_s": age_summary(ages),
             "last_update_metrics": self.last_metrics,
+            "startup": self.startup(),
         }
         res.update(extra or {})
         return res

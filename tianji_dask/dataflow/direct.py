@@ -3,10 +3,10 @@
 Dask moves a task result between workers at a fixed cost per transfer (the request, its msgpack
 framing, serialization, tornado's reads on the event loop) and well below the speed of a plain
 socket (``benchmarks/vs_peers.py transfer`` measures both). For a chunk of pixels that is most of
-its cost. So a chunk of at least ``min_bytes`` is sent by the
-explorer task itself to a ``ChunkSink`` in the learner's process, as one message: a small pickled
-layout, then the arrays' own memory (scatter-gather from the sender's arrays, one receive buffer
-on the other side whose views become the chunk's arrays). The sink answers one byte once it holds
+its cost. So a chunk of at least ``min_bytes`` is sent by the explorer task itself to a
+``ChunkSink`` in the learner's process, as one message: a small JSON description, then the
+arrays' own memory (scatter-gather from the sender's arrays, one receive buffer on the other side
+whose views become the chunk's arrays). The sink answers one byte once it holds
 the chunk, and only then does the task return, with just a ``DirectChunk`` stub: the future still
 says when and whether the chunk exists (``as_completed``, retries, lost chunks and the
 controller's credits work as before), and when it says so the bytes are already in the learner's
@@ -19,13 +19,21 @@ than loopback TCP; anywhere else the connection fails at once and the chunk goes
 TCP comms only: when the
 cluster's comms are TLS (or anything but ``tcp://``), the direct path is off, so no byte leaves a
 worker unencrypted. This module imports no algorithm code.
+
+Anyone who can reach the sink's port (or, on its host, the Unix socket) can connect, so the sink
+trusts nothing it reads until the sender has shown the run's secret, and parses nothing with a
+format that can run code: the wire format is in ``wire.py``.
+
+Lengths are checked against ``MAX_DESCRIPTION_BYTES`` and ``MAX_BODY_BYTES`` before anything is
+allocated, and the body's length against the fields' before it is read. Each refused connection
+is closed and counted by reason (``REFUSALS``); nothing it sent is kept.
 """
 
 from __future__ import annotations
 
-import pickle
+import hmac
+import secrets
 import socket
-import struct
 import sys
 import threading
 import time
@@ -35,50 +43,17 @@ from collections import deque
 import numpy as np
 from distributed.comm.addressing import get_address_host, parse_address
 
-from tianji_dask.chunk import array_layout, arrays_from
+from tianji_dask.dataflow.wire import (  # noqa: F401 - the format's names, re-exported for senders and tests
+    ARRAY_DTYPES, HEAD, MAGIC, MAX_BODY_BYTES, MAX_DESCRIPTION_BYTES, REFUSALS, SECRET_BYTES, Refused, Unencodable,
+    assemble, decode, encode, plan,
+)
 
-_HEAD = struct.Struct("!HIQd")  # key length, layout length, body length, sender's time.time() at send
 _ACK = b"\x01"  # the sink's answer once it holds a chunk
+HELLO_TIMEOUT_S = 10.0  # a connection that has not shown the secret by then is closed
 POOL_BYTES = 256 * 2**20  # receive buffers kept for reuse by one sink, at most
 #: a Unix socket's send buffer (the kernel caps it at net.core.wmem_max): large enough that a
 #: 1 MiB chunk goes in one write, not one wake-up of both processes per default-sized buffer
 UNIX_SEND_BUFFER = 4 * 2**20
-
-
-def encode(chunk: dict) -> tuple[bytes, list]:
-    """A chunk as (layout, body parts): the layout (its type, where each array goes in the body, as
-    a packed SampleChunk lays it out, and the non-array values) pickled small; the body the arrays'
-    own memory with padding between them. No array is copied or pickled."""
-    if not isinstance(chunk, dict):
-        raise TypeError(f"direct send: a chunk is a dict, got {type(chunk).__name__}")
-    arrays = [(k, v) for k, v in chunk.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject]
-    rest = {k: v for k, v in chunk.items() if not (isinstance(v, np.ndarray) and not v.dtype.hasobject)}
-    layout, size = array_layout(arrays)
-    parts, end = [], 0
-    for (_, value), (_, _, _, offset) in zip(arrays, layout):
-        if not value.nbytes:
-            continue
-        if offset > end:
-            parts.append(bytes(offset - end))
-        if not value.flags.c_contiguous or not value.ndim:
-            value = np.ascontiguousarray(value).reshape(-1)
-        parts.append(memoryview(value).cast("B"))
-        end = offset + value.nbytes
-    if size > end:
-        parts.append(bytes(size - end))
-    return pickle.dumps((type(chunk), layout, rest), protocol=5), parts
-
-
-def decode(layout: bytes, body: np.ndarray) -> dict:
-    """``encode``'s chunk back; its arrays are views into ``body`` (one allocation, writable)."""
-    return _assemble(pickle.loads(layout), body)
-
-
-def _assemble(layout: tuple, body: np.ndarray) -> dict:
-    cls, arrays, rest = layout
-    chunk = cls(arrays_from(body, arrays))
-    chunk.update(rest)
-    return chunk
 
 
 class DirectChunk(dict):
@@ -98,12 +73,18 @@ class ChunkSink:
     """Receives directly sent chunks in a background thread (one per connection) and holds each
     under its task key until the learner takes it.
 
+    A connection is served only once it has shown ``secret``; one that does not, or that sends
+    anything but well-formed chunks, is closed and counted in ``refusals()``.
     Each chunk held (or dropped, if discarded) is acknowledged with one byte on its connection,
     and the sender's task returns only then, so ``take`` finds a chunk whose stub has arrived
     without waiting. ``discard`` forgets a chunk the learner will never take (its task was
     cancelled or lost); ``close`` forgets everything."""
 
-    def __init__(self, host: str = "127.0.0.1", local: bool = sys.platform.startswith("linux")):
+    def __init__(self, host: str = "127.0.0.1", local: bool = sys.platform.startswith("linux"),
+                 hello_timeout_s: float = HELLO_TIMEOUT_S):
+        #: what a sender must show first on each connection; new for every sink, so for every run
+        self.secret = secrets.token_bytes(SECRET_BYTES)
+        self._hello_timeout_s = hello_timeout_s
         self._listeners = [socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)]
         local_name = None
         if local:  # same-host senders' way in: an abstract Unix socket (no file to clean up)
@@ -116,7 +97,7 @@ class ChunkSink:
                 local_name = name
             except OSError:  # not allowed here: senders use TCP, as from another host
                 unix.close()
-        #: what a sender needs: (host, port, abstract Unix socket name or None)
+        #: what a sender needs besides the secret: (host, port, abstract Unix socket name or None)
         self.address = (*self._listeners[0].getsockname()[:2], local_name)
         self._chunks: dict[str, object] = {}
         self._discarded: set[str] = set()
@@ -129,7 +110,8 @@ class ChunkSink:
         self.seconds = 0.0
         self.errors: list[str] = []
         self.recent: deque = deque(maxlen=256)  # (key, bytes, seconds) of the last messages
-        self.connections = {"unix": 0, "tcp": 0}  # connections accepted, by way in
+        self.connections = {"unix": 0, "tcp": 0}  # connections that showed the secret, by way in
+        self._refused = dict.fromkeys(REFUSALS, 0)
         self._pool: list[np.ndarray] = []  # receive buffers, reused once no chunk views them
         for listener in self._listeners:
             threading.Thread(target=self._accept, args=(listener,), name="tianji-chunk-sink", daemon=True).start()
@@ -140,45 +122,67 @@ class ChunkSink:
                 conn, _ = listener.accept()
             except OSError:
                 return  # closed
-            tcp = conn.family != socket.AF_UNIX
-            if tcp:
+            if conn.family != socket.AF_UNIX:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._cond:
                 self._conns.append(conn)
-                self.connections["tcp" if tcp else "unix"] += 1
             threading.Thread(target=self._read, args=(conn,), name="tianji-chunk-sink-conn", daemon=True).start()
+
+    def _hello(self, conn: socket.socket) -> None:
+        """Read the secret, within the hello timeout; raises ``Refused`` without it."""
+        conn.settimeout(self._hello_timeout_s)  # a silent stranger does not hold a thread for long
+        try:
+            shown = _recv_exact(conn, SECRET_BYTES)
+        except OSError:  # timed out or reset
+            shown = None
+        if shown is None:
+            raise Refused("no_secret", "the connection ended or went silent before the secret")
+        if not hmac.compare_digest(shown, self.secret):
+            raise Refused("bad_secret", "the secret does not match")
+        conn.settimeout(None)
+        with self._cond:
+            self.connections["unix" if conn.family == socket.AF_UNIX else "tcp"] += 1
 
     def _read(self, conn: socket.socket) -> None:
         try:
             with conn:
+                self._hello(conn)
                 while True:
-                    head = _recv_exact(conn, _HEAD.size)
+                    head = _recv_exact(conn, HEAD.size)
                     if head is None:
                         return  # the explorer's process closed the connection
-                    key_len, layout_len, body_len, t_send = _HEAD.unpack(head)
-                    key_layout = _recv_exact(conn, key_len + layout_len)
-                    if key_layout is None:
+                    magic, description_len, body_len, t_send = HEAD.unpack(head)
+                    if magic != MAGIC:
+                        raise Refused("bad_header", f"magic {magic!r}, not {MAGIC!r}")
+                    if description_len > MAX_DESCRIPTION_BYTES or body_len > MAX_BODY_BYTES:
+                        raise Refused("oversized", f"description {description_len} bytes, body {body_len}")
+                    description = _recv_exact(conn, description_len)
+                    if description is None:
                         return  # cut off mid-message (its task fails or is retried elsewhere)
-                    # the layout is read while the body's first bytes come in (the sender keeps
-                    # filling the socket's buffer), not after the last
-                    key, layout = key_layout[:key_len].decode(), pickle.loads(key_layout[key_len:])
+                    # the description is read while the body's first bytes come in (the sender
+                    # keeps filling the socket's buffer), not after the last
+                    chunk_plan = plan(description, body_len)
                     body = self._buffer(body_len)  # every array in one allocation: few, large reads
                     if _recv_exact(conn, body_len, into=body) is None:
                         return
-                    chunk = _assemble(layout, body)
+                    chunk = assemble(chunk_plan, body)
                     seconds = time.time() - t_send
-                    nbytes = _HEAD.size + key_len + layout_len + body_len
+                    nbytes = HEAD.size + description_len + body_len
                     with self._cond:
                         self.received += 1
                         self.bytes += nbytes
                         self.seconds += seconds
-                        self.recent.append((key, nbytes, seconds))
-                        if key in self._discarded:
-                            self._discarded.discard(key)
+                        self.recent.append((chunk_plan.key, nbytes, seconds))
+                        if chunk_plan.key in self._discarded:
+                            self._discarded.discard(chunk_plan.key)
                         elif not self._closed:
-                            self._chunks[key] = chunk
+                            self._chunks[chunk_plan.key] = chunk
                         self._cond.notify_all()
                     conn.sendall(_ACK)  # held (or dropped): the sender's task may now return
+        except Refused as refusal:  # closed at once (leaving ``with``); nothing it sent is kept
+            with self._cond:
+                if not self._closed:  # closing cuts connections still saying hello: not refusals
+                    self._refused[refusal.reason] += 1
         except Exception as err:  # noqa: BLE001 - a broken connection costs only its chunks (reported lost)
             if not self._closed:
                 self.errors.append(f"{type(err).__name__}: {err}")
@@ -186,6 +190,11 @@ class ChunkSink:
             with self._cond:
                 if conn in self._conns:
                     self._conns.remove(conn)
+
+    def refusals(self) -> dict[str, int]:
+        """Connections refused so far, by reason (every one of ``REFUSALS``, zeros included)."""
+        with self._cond:
+            return dict(self._refused)
 
     def take(self, key: str, timeout: float = 30.0):
         """The chunk sent under ``key``; None if it has not arrived within ``timeout`` seconds."""
@@ -280,9 +289,9 @@ _connections: dict[tuple, socket.socket] = {}
 _lock = threading.Lock()
 
 
-def _connect(address: tuple) -> socket.socket:
-    """A connection to the sink at (host, port[, Unix socket name]): the Unix socket where it can be
-    reached (the sink's own host), else TCP."""
+def _connect(address: tuple, secret: bytes) -> socket.socket:
+    """A connection to the sink at (host, port[, Unix socket name]), the secret already sent: the
+    Unix socket where it can be reached (the sink's own host), else TCP."""
     host, port, *local = address
     if local and local[0] and hasattr(socket, "AF_UNIX"):
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -290,38 +299,46 @@ def _connect(address: tuple) -> socket.socket:
             conn.settimeout(30)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
             conn.connect("\0" + local[0])
+            conn.sendall(secret)
             return conn
         except OSError:  # another host (or network namespace): no such socket here
             conn.close()
     conn = socket.create_connection((host, port), timeout=30)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(secret)
+    except OSError:
+        conn.close()
+        raise
     return conn
 
 
-def send_chunk(address: tuple, key: str, chunk: dict) -> DirectChunk:
+def send_chunk(address: tuple, key: str, chunk: dict, *, secret: bytes) -> DirectChunk:
     """Send ``chunk`` to the sink at ``address`` (a ``ChunkSink.address``, or just its host and
     port for TCP only) under ``key`` and wait for its acknowledgement; return the stub the task
-    returns. A broken connection is reopened and the chunk sent once more (a second copy replaces
-    the first); a second failure, or no answer within 30 s, raises: the task fails, and Dask's
-    retry or the learner's lost-chunk accounting takes over."""
+    returns. ``secret`` is the sink's. A broken connection is reopened and the chunk sent once more
+    (a second copy replaces the first); a second failure, or no answer within 30 s, raises: the
+    task fails, and Dask's retry or the learner's lost-chunk accounting takes over. Raises
+    ``Unencodable``, before connecting, for a chunk the wire format cannot carry."""
     t_send = time.time()
-    layout, body = encode(chunk)
-    key_bytes = key.encode()
-    parts = [_HEAD.pack(len(key_bytes), len(layout), sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in body),
-                        t_send) + key_bytes + layout, *body]
+    description, body = encode(chunk, key)
+    if len(secret) != SECRET_BYTES:
+        raise ValueError(f"direct send: the sink's secret is {SECRET_BYTES} bytes, got {len(secret)}")
+    body_len = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in body)
+    parts = [HEAD.pack(MAGIC, len(description), body_len, t_send) + description, *body]
     address = tuple(address)
     with _lock:
         for attempt in (0, 1):
-            conn = _connections.get(address)
+            conn = _connections.get((address, secret))
             try:
                 if conn is None:
-                    conn = _connections[address] = _connect(address)
+                    conn = _connections[address, secret] = _connect(address, secret)
                 _send_all(conn, parts)
                 if conn.recv(1) != _ACK:
                     raise ConnectionError("direct send: the sink closed the connection before it held the chunk")
                 break
             except OSError:
-                _connections.pop(address, None)
+                _connections.pop((address, secret), None)
                 if conn is not None:
                     conn.close()
                 if attempt:

@@ -16,7 +16,7 @@ import time
 from distributed import WorkerPlugin, get_worker
 from distributed.metrics import context_meter
 
-from tianji_dask.dataflow.direct import send_chunk
+from tianji_dask.dataflow.direct import Unencodable, send_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.rollout import Rollout
 from tianji_dask.simulate import StepCostClock
@@ -123,8 +123,9 @@ class EnvPool(WorkerPlugin):
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
                   group: int = 0, direct: tuple | None = None) -> dict:
     """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
-    ``policy_version``. With ``direct`` = (*sink address, min_bytes), a chunk of at least
-    min_bytes goes straight to the learner's sink and the task returns its stub (see direct.py)."""
+    ``policy_version``. With ``direct`` = (sink address, sink secret, min_bytes), a chunk of at
+    least min_bytes goes straight to the learner's sink and the task returns its stub (see
+    direct.py)."""
     worker = get_worker()
     pool: EnvPool = worker.plugins[POOL_NAME]
     if pool.run_id != run_id:
@@ -145,6 +146,10 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache
     if direct is not None and chunk["nbytes"] >= direct[-1]:
+        address, secret, _ = direct
         with context_meter.meter("direct-send"):
-            return send_chunk(direct[:-1], worker.get_current_task(), chunk)
+            try:
+                return send_chunk(address, worker.get_current_task(), chunk, secret=secret)
+            except Unencodable:
+                pass  # a value the direct format cannot carry: the chunk goes through Dask
     return chunk

@@ -34,6 +34,18 @@ def _pipeline_of(pipeline, overrides: dict | None) -> Pipeline:
     return load_pipeline(pipeline, overrides=overrides)
 
 
+def process_start_time() -> float:
+    """When this process started, as a Unix time. psutil's ``create_time`` counts from the boot
+    time in whole seconds (/proc/stat), so on Linux it is up to a second early; the process's age
+    on the boot clock is exact to a clock tick."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = float(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, AttributeError, ValueError, IndexError):  # not Linux
+        return psutil.Process(os.getpid()).create_time()
+
+
 class Run:
     """One training run.
 
@@ -45,6 +57,8 @@ class Run:
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
                  _resume_from: str | list[str] | None = None):
+        # when each step of the start was reached (Unix times); the CLI sets "import" to its own
+        self._startup: dict[str, float] = {"import": time.time()}
         p = self.pipeline = _pipeline_of(pipeline, overrides)
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -71,10 +85,13 @@ class Run:
         self._single = None
         self._final: list[dict] | None = None  # one per learner (single mode: one)
         self.results: dict | None = None
+        #: seconds from the learner's stop to the results written and to the cluster closed
+        self.shutdown: dict[str, float] | None = None
         self.dashboard_link: str | None = None
-        self.t_process_start = psutil.Process(os.getpid()).create_time()
+        self.t_process_start = process_start_time()
         self._rules = StopRules.of(p.stop)
         self._prepared = check_pipeline(p, has_client=client is not None)
+        self._startup["checked"] = time.time()
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
@@ -129,9 +146,10 @@ class Run:
         return self
 
     def _write_pipeline(self) -> None:
-        import yaml
+        from tianji_dask.config import pipeline_yaml
 
-        (self.out / "pipeline.yaml").write_text(yaml.safe_dump(self.pipeline.model_dump(mode="json"), sort_keys=False))
+        # not a plain dump: with balance, chunk_steps given as well would not load back
+        (self.out / "pipeline.yaml").write_text(pipeline_yaml(self.pipeline))
 
     def _run_single(self) -> None:
         self._final = [self._single.run().as_dict()]
@@ -201,7 +219,8 @@ class Run:
             if self._single is not None:
                 status, statuses = self.status(), []
             else:
-                statuses = supervise.learner_statuses(self)
+                # waits up to poll_s in the learners, which answer at once when they finish
+                statuses = supervise.learner_statuses(self, wait_s=poll_s)
                 if statuses is None:
                     continue  # a learner was rebuilt: ask again
                 status = pool_status(statuses, self._rules, self._group_stop)
@@ -221,7 +240,8 @@ class Run:
             if deadline is not None and time.time() > deadline and not stopped:
                 self.stop()
                 stopped = True
-            time.sleep(poll_s)
+            if self._single is not None:
+                time.sleep(poll_s)
         return self._write()
 
     def _write(self) -> dict:
@@ -242,6 +262,7 @@ class Run:
         )
         results["learner_restarts"] = self._restarts
         results["simulated"] = p.simulated()
+        results["startup"] = self._startup_results()
         if self._single is None:
             cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
             results["explorer_memory"] = accounting.explorer_memory(
@@ -252,8 +273,27 @@ class Run:
         self.results_path = write_results(self.out, results, episodes, chunks)
         shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
         self.results = results
+        t_written = time.time()
         self.close()
+        t_stop = results["t_run_start"] + results["wall_s"]
+        self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
         return results
+
+    def _startup_results(self) -> dict:
+        """Seconds from process start to each step of the start (None: not reached): in group
+        mode, to every learner built and to every group's first chunk."""
+        def since(step):
+            t = self._startup.get(step)
+            return None if t is None else t - self.t_process_start
+
+        learners = [final["results"].get("startup") or {} for final in self._final]
+
+        def every(key):
+            values = [s.get(key) for s in learners]
+            return None if not values or None in values else max(values)
+
+        return {"import_s": since("import"), "checked_s": since("checked"), "cluster_s": since("cluster"),
+                "learner_built_s": every("learner_built_s"), "first_chunk_s": every("first_chunk_s")}
 
     def _controller_final(self, settle_s: float = 5.0) -> dict:
         # cancelled explorer tasks return their credits when the scheduler forgets them

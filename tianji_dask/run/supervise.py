@@ -30,6 +30,7 @@ def start(run) -> None:
     client = run.client
     # a cluster we started has one LEARNER worker per group; on another, groups share them
     counts = check_roles(client, timeout=timeout, learners=p.groups if run._opened is not None else 1)
+    run._startup["cluster"] = time.time()
     stop_active_memory_manager(client)
     run._explorer_workers = counts["EXPLORER"]
     client.register_plugin(StalenessController(run.law()["window"]), name="tianji")
@@ -57,6 +58,13 @@ def start(run) -> None:
             raise PipelineError(str(err)) from None
         raise
     run._cpu0 = accounting.cpu_seconds(client)
+    if run._opened is not None:
+        # bokeh's import, a large part of a start, done while the learner already runs; start-up
+        # work, so the scheduler's process does not count it as the run's
+        cpu = time.process_time()
+        run._opened.serve_dashboard()
+        if run._cpu0 is not None:
+            run._cpu0["scheduler"] += time.process_time() - cpu
 
 
 def learner_workers(client) -> list[str]:
@@ -78,15 +86,18 @@ def submit_learner(run, spec, group: int, attempt: int = 0):
     return run.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
 
 
-def learner_statuses(run) -> list[dict] | None:
-    """Every learner's status; None when one was lost and has just been rebuilt."""
-    statuses = []
-    for group, learner in enumerate(run._learners):
-        try:
-            statuses.append(dict(learner.status().result(timeout=30)))
-        except Exception as err:  # noqa: BLE001 - the learner's worker is gone
-            rebuild_learner(run, err, group)
-            return None
+def learner_statuses(run, wait_s: float = 0.0) -> list[dict] | None:
+    """Every learner's status, once every learner has finished or after ``wait_s`` seconds; None
+    when one was lost and has just been rebuilt."""
+    group, calls, statuses = 0, [], []
+    try:
+        for group, learner in enumerate(run._learners):  # all asked first: they wait side by side
+            calls.append(learner.status(wait_s))
+        for group, call in enumerate(calls):
+            statuses.append(dict(call.result(timeout=30 + wait_s)))
+    except Exception as err:  # noqa: BLE001 - the learner's worker is gone
+        rebuild_learner(run, err, group)
+        return None
     return statuses
 
 

@@ -7,6 +7,8 @@ client; it is the only thread that touches the core, the stream and the publishe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import threading
 import time
@@ -55,6 +57,7 @@ class Learner:
         self._stop = threading.Event()
         self._status: dict = {}
         self._final: dict | None = None
+        self._ended: tuple | None = None  # (event loop, asyncio.Event) of a status call waiting for the end
         strategy = LockstepLoop if spec.mode == "lockstep" else RelaxedLoop
         self.loop = strategy(spec, core, self.stream, self.publisher, self.admission, self.fusion, self._stop,
                              self._set_status)
@@ -67,7 +70,15 @@ class Learner:
         return self.core.version
 
     # ---- public, O(1), on the event loop ------------------------------------------------
-    async def status(self) -> dict:
+    async def status(self, wait_s: float = 0.0) -> dict:
+        """The newest status; with ``wait_s``, once the learner has finished or ``wait_s`` seconds
+        have passed, whichever is first: a driver that polls this way hears of the end at once."""
+        if wait_s > 0:
+            if self._ended is None:
+                self._ended = (asyncio.get_running_loop(), asyncio.Event())
+            if self._final is None:  # read after _ended is set: _finish sees one or the other
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._ended[1].wait(), wait_s)
         return self._status
 
     async def stop(self) -> None:
@@ -100,3 +111,6 @@ class Learner:
         self.publisher.close()
         self._final = final.as_dict()
         self._set_status(self.loop.status(time.time()))
+        if self._ended is not None:
+            loop, ended = self._ended
+            loop.call_soon_threadsafe(ended.set)

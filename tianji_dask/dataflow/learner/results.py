@@ -27,6 +27,7 @@ def learner_extras(*, cpu: CpuClock, publisher, stream, fusion, group: int) -> d
         "learner_cpu_s": cpu.seconds(),
         "weights_published": dict(publisher.counts),
         "direct_chunks": stream.direct_stats(),
+        "direct_refused": stream.direct_refused(),
     }
     if fusion is not None:
         extras.update(group=group, fusions=fusion.installed)

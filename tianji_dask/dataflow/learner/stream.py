@@ -82,7 +82,8 @@ class ExplorerStream:
         host = sink_host(worker_address) if direct_min_bytes is not None else None
         if host is not None:
             self.sink = ChunkSink(host)
-            self._direct = (*self.sink.address, int(direct_min_bytes))
+            # each task carries the sink's secret, inside Dask's comms like the rest of its arguments
+            self._direct = (self.sink.address, self.sink.secret, int(direct_min_bytes))
 
     @property
     def in_flight(self) -> int:
@@ -193,6 +194,10 @@ class ExplorerStream:
 
     def direct_stats(self) -> dict | None:
         return None if self.sink is None else {**self.sink.stats(), "min_bytes": self._direct[-1]}
+
+    def direct_refused(self) -> dict | None:
+        """Connections the sink refused, by reason; None when there is no sink."""
+        return None if self.sink is None else self.sink.refusals()
 
     def close(self) -> None:
         if self.sink is not None:

@@ -1,0 +1,79 @@
+"""A run's start: each step on record in order, and the CLI's own imports light. Timing is never
+asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ["import_s", "checked_s", "cluster_s", "learner_built_s", "first_chunk_s"]
+
+
+def test_the_cli_imports_neither_torch_nor_distributed_before_it_starts_the_workers():
+    # the forkserver imports them on another core while the CLI process does (cli._start_workers_early)
+    code = "import sys, tianji_dask.cli; print(sorted(m for m in ('torch', 'distributed', 'gymnasium') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_cli_run_records_each_step_of_its_start_in_order(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--max-seconds", "2", "--quiet",
+                           "--verbose", "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    startup = results["startup"]
+    assert set(startup) == set(STEPS)
+    values = [startup[k] for k in STEPS]
+    assert all(v is not None and v > 0 for v in values), startup
+    assert values == sorted(values), startup
+    # run start is the learner built: the two clocks of time-to-solve differ by exactly that
+    assert startup["learner_built_s"] == pytest.approx(results["t_run_start"] - results["t_process_start"])
+    lines = proc.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("tianji-dask: startup:")]) == len(STEPS)
+    assert len([line for line in lines if line.startswith("tianji-dask: shutdown:")]) == 1
+
+
+def test_a_single_mode_run_has_no_cluster_step(tmp_path):
+    from tianji_dask import Run
+
+    results = Run("cartpole_ppo", out=tmp_path / "single", overrides={"mode": "single", "stop.max_env_steps": 4096,
+                                                                     "stop.target_return": None}).start().wait()
+    startup = results["startup"]
+    assert startup["cluster_s"] is None
+    steps = [startup[k] for k in STEPS if k != "cluster_s"]
+    assert None not in steps and steps == sorted(steps), startup
+
+
+def test_a_local_cluster_s_workers_fork_from_one_process_that_imported_torch():
+    from distributed import Client
+
+    from tianji_dask.cluster import local_cluster
+
+    cluster = local_cluster(explorer_workers=2, dashboard_address=None)
+    try:
+        with Client(cluster) as client:
+            parents = set(client.run(os.getppid).values())
+            loaded = set(client.run(lambda: "torch" in sys.modules).values())
+    finally:
+        cluster.close()
+    assert len(parents) == 1 and os.getpid() not in parents  # the forkserver, not this process
+    assert loaded == {True}  # before any task asked for it
+
+
+@pytest.mark.slow
+def test_the_startup_benchmark_writes_every_round_and_its_table(tmp_path):
+    out = tmp_path / "startup"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "startup.py"), "--rounds", "1", "--max-seconds", "2",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.with_suffix(".json").read_text())["runs"]
+    assert {"import_s", "startup_s", "startup_ratio", "shutdown_s", *(f"startup.{k}" for k in STEPS)} <= set(row)
+    table = out.with_suffix(".md").read_text()
+    assert "| startup ÷ import to imports done, per round |" in table and "| shutdown:" in table

@@ -1,0 +1,6 @@
+"""The error a user causes, importable without the rest of the package: the CLI catches it
+before it imports anything heavy."""
+
+
+class PipelineError(ValueError):
+    """A user-caused configuration error; ``str()`` is the one line to show."""

@@ -1,0 +1,75 @@
+"""The process an embedded cluster's worker processes fork from.
+
+Spawned, every worker process imports distributed, torch and gymnasium on its own, all of them
+at once, while the driver imports the same: on a small machine most of a run's start is those
+imports. Workers forked from a forkserver that has imported them once (``worker_imports``)
+start with everything loaded. The CLI starts the forkserver first thing, so it imports on
+another core while the CLI process imports and checks the pipeline.
+
+This module imports nothing heavy: the CLI calls ``start`` before it has imported anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+
+PRELOAD = ["tianji_dask.worker_imports"]
+MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
+
+
+def available() -> bool:
+    return "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def start() -> bool:
+    """Start the forkserver with ``PRELOAD`` unless one runs already, and return at once: it
+    imports in the background, and the first worker to fork waits for it. False where there is
+    no forkserver (Windows): workers are spawned."""
+    if not available():
+        return False
+    from multiprocessing import forkserver
+
+    from tianji_dask import dask_internals
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    # what a Nanny sets before it starts a worker (OMP_NUM_THREADS=1, ...): read at the server's start
+    with _environ({**dask_internals.worker_spawn_environ(), MARK: "1"}), ignoring(signal.SIGINT), ignoring(signal.SIGTERM):
+        forkserver.ensure_running()
+    return True
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """``values`` in the environment of processes started inside, not of this one (whose torch
+    would read OMP_NUM_THREADS when imported)."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def ignoring(signum: int):
+    """Start processes with ``signum`` ignored from birth. SIGINT: a Ctrl-C while they import
+    would kill them before they could ignore it themselves (worker_preload), and the cluster's
+    start would end in tracebacks; a Ctrl-C while they start is lost, the next one stops the run.
+    SIGTERM (the forkserver): a batch system signals every process of the job, and a server that
+    died would read as dead workers to their nannies; it ends with this process."""
+    if threading.current_thread() is not threading.main_thread():  # only there may handlers be set
+        yield
+        return
+    previous = signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
