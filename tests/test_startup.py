@@ -51,8 +51,10 @@ def test_a_single_mode_run_has_no_cluster_step(tmp_path):
     assert None not in steps and steps == sorted(steps), startup
 
 
-def test_a_local_cluster_s_workers_fork_from_one_process_that_imported_torch():
+def test_a_local_cluster_s_workers_fork_from_one_process_that_imported_torch(monkeypatch):
     from distributed import Client
+
+    monkeypatch.setenv("TIANJI_FORK_WORKERS", "1")
 
     from tianji_dask.cluster import local_cluster
 

@@ -19,16 +19,19 @@ import threading
 
 PRELOAD = ["tianji_dask.worker_imports"]
 MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
+#: opt-in: with forked workers, a stream moved to a surviving worker after another died made no
+#: chunk again (tests/test_checkpoint.py's killed explorers), so workers are spawned by default
+OPT_IN = "TIANJI_FORK_WORKERS"
 
 
 def available() -> bool:
-    return "forkserver" in multiprocessing.get_all_start_methods()
+    return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(OPT_IN) == "1"
 
 
 def start() -> bool:
     """Start the forkserver with ``PRELOAD`` unless one runs already, and return at once: it
-    imports in the background, and the first worker to fork waits for it. False where there is
-    no forkserver (Windows): workers are spawned."""
+    imports in the background, and the first worker to fork waits for it. False unless
+    ``TIANJI_FORK_WORKERS=1`` and where there is no forkserver (Windows): workers are spawned."""
     if not available():
         return False
     from multiprocessing import forkserver
