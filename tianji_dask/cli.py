@@ -261,15 +261,31 @@ class _SigTerm:
     the run cleanly, one while the run starts or stops gives up; the exit code says it came."""
 
     received = False
+    #: while the run trains, the stop waits for the next status poll (``on_status``): raised inside
+    #: a client call, KeyboardInterrupt makes distributed's ``sync`` log a traceback
+    deferred = False
 
     def __call__(self, signum, frame):
         _SigTerm.received = True
-        raise KeyboardInterrupt
+        if not _SigTerm.deferred:
+            raise KeyboardInterrupt
+
+    @classmethod
+    def checked(cls, on_status):
+        """``on_status``, raising KeyboardInterrupt first once a SIGTERM has come."""
+        def call(status):
+            if cls.received:
+                cls.deferred = False
+                raise KeyboardInterrupt
+            on_status(status)
+
+        cls.deferred = True
+        return call
 
     @classmethod
     @contextlib.contextmanager
     def handled(cls):
-        cls.received = False
+        cls.received = cls.deferred = False
         if threading.current_thread() is not threading.main_thread():  # only there may handlers be set
             yield
             return
@@ -313,7 +329,7 @@ def _train(run, quiet: bool, verbose: bool = False) -> int:
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
     with _Progress(run, quiet) as progress:
         try:
-            results = run.wait(on_status=progress)
+            results = run.wait(on_status=_SigTerm.checked(progress))
         except KeyboardInterrupt:
             if _SigTerm.received:
                 print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)

@@ -54,7 +54,7 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
                                          security, learners=learners, explorer_threads=explorer_threads)
         return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout)
-    later = cluster_config.dashboard_address is not None and not os.environ.get("AB_NODEFER")
+    later = cluster_config.dashboard_address is not None
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
                             explorer_threads=explorer_threads, dashboard_later=later)
     return Opened(Client(cluster), cluster, dashboard_later=later)
