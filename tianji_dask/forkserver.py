@@ -19,8 +19,7 @@ import threading
 
 PRELOAD = ["tianji_dask.worker_imports"]
 MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
-#: opt-in: with forked workers, a stream moved to a surviving worker after another died made no
-#: chunk again (tests/test_checkpoint.py's killed explorers), so workers are spawned by default
+#: opt-in while a worker-loss race is open (docs/design.md, "Start-up and shutdown")
 OPT_IN = "TIANJI_FORK_WORKERS"
 
 
