@@ -65,6 +65,9 @@ class FakeStream:
             keys.append((f"tianji-explore-t-{self.serial}", min(self.streams, key=lambda s: load[s])))
         return keys
 
+    def workers_moved(self, epoch):
+        pass  # one process: no worker comes or goes
+
     def submit(self, granted, weights_version, weights, explore, version):
         for key, stream in granted:
             self.log.append(("submit", key, weights_version))
@@ -118,6 +121,7 @@ class FakeAdmission:
         return self.waiting
 
     ask_again_at = None
+    workers_epoch = 0
 
     def may_ask(self, samples_trained, starving, in_flight):
         return True

@@ -266,3 +266,30 @@ def test_chunks_pinned_to_a_worker_that_left_come_back_cancelled_and_the_stream_
         lost = [a for a in arrivals if a.lost is not None]
         assert lost and all(a.stream == 1 and a.lost == "cancelled: its explorer worker left" for a in lost)
         assert stream.homes_by_stream()[1] != gone  # the stream now lives on the worker that is left
+
+
+def test_a_stream_leaves_a_worker_as_soon_as_the_controller_says_workers_moved():
+    # the controller counts workers joining and leaving; a learner that sees the count move looks
+    # again at once, rather than at its next periodic look (a dead home would get chunks meanwhile)
+    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, resources={"EXPLORER": 1},
+                      dashboard_address=None) as cl, Client(cl) as client:
+        ctl = StalenessController()
+        client.register_plugin(ctl)
+        epoch = lambda: client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["tianji"].workers_epoch)  # noqa: E731
+        before = epoch()
+        _pool(client, "s6", "sleepy_env:SleepyCartPole-v0", explorer_kwargs={0: {"sleep_s": 0.05}, 1: {"sleep_s": 0.05}})
+        stream = _stream(client, "s6")
+        stream.workers_moved(before)
+        gone = stream.homes_by_stream()[1]
+        looked_at = stream._homes_at
+        stream.workers_moved(before)  # the same count: no new look
+        assert stream._homes_at == looked_at
+        cl.sync(cl.workers[next(n for n, w in cl.workers.items() if w.address == gone)].close)
+        deadline = time.time() + 30
+        while epoch() == before:
+            assert time.time() < deadline, "the controller never saw the worker leave"
+            time.sleep(0.05)
+        stream.workers_moved(epoch())
+        assert gone not in stream.homes_by_stream().values()  # both streams on the worker that is left
+        stream.submit(stream.choose(2), 0, MAKE_PPO().get_weights(), {}, version=0)
+        assert all(a.chunk is not None for a in _collect(stream, 2))

@@ -52,21 +52,26 @@ def test_a_single_mode_run_has_no_cluster_step(tmp_path):
 
 
 def test_a_local_cluster_s_workers_fork_from_one_process_that_imported_torch(monkeypatch):
+    import dask
     from distributed import Client
 
-    monkeypatch.setenv("TIANJI_FORK_WORKERS", "1")
+    monkeypatch.delenv("TIANJI_FORK_WORKERS", raising=False)  # the default
 
     from tianji_dask.cluster import local_cluster
 
-    cluster = local_cluster(explorer_workers=2, dashboard_address=None)
-    try:
-        with Client(cluster) as client:
-            parents = set(client.run(os.getppid).values())
-            loaded = set(client.run(lambda: "torch" in sys.modules).values())
-    finally:
-        cluster.close()
+    method = "distributed.worker.multiprocessing-method"
+    with dask.config.set({method: dask.config.get(method)}):  # forking stays on in the process: not after this test
+        cluster = local_cluster(explorer_workers=2, dashboard_address=None)
+        try:
+            with Client(cluster) as client:
+                parents = set(client.run(os.getppid).values())
+                loaded = set(client.run(lambda: "torch" in sys.modules).values())
+                kept = dask.config.get(method)
+        finally:
+            cluster.close()
     assert len(parents) == 1 and os.getpid() not in parents  # the forkserver, not this process
     assert loaded == {True}  # before any task asked for it
+    assert kept == "forkserver"  # a worker the nanny restarts forks too
 
 
 @pytest.mark.slow

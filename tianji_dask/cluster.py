@@ -111,8 +111,10 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: explorer_threads}, nthreads=explorer_threads)
         specs[f"tianji-explorer-{i}"] = explorer
-    # a worker the nanny restarts later is spawned: the method is this start's, not the process's
-    with forkserver.ignoring(signal.SIGINT), dask.config.set({"distributed.worker.multiprocessing-method": method}):
+    if method == "forkserver":
+        # for good, not for this block: a Nanny reads it again to restart a lost worker, which forks too
+        dask.config.set({"distributed.worker.multiprocessing-method": method})
+    with forkserver.ignoring(signal.SIGINT):
         dask_internals.add_workers(cluster, specs)
     return cluster
 

@@ -19,18 +19,18 @@ import threading
 
 PRELOAD = ["tianji_dask.worker_imports"]
 MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
-#: opt-in while a worker-loss race is open (docs/design.md, "Start-up and shutdown")
-OPT_IN = "TIANJI_FORK_WORKERS"
+#: ``TIANJI_FORK_WORKERS=0`` spawns a run's workers instead
+SWITCH = "TIANJI_FORK_WORKERS"
 
 
 def available() -> bool:
-    return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(OPT_IN) == "1"
+    return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(SWITCH, "1") != "0"
 
 
 def start() -> bool:
     """Start the forkserver with ``PRELOAD`` unless one runs already, and return at once: it
-    imports in the background, and the first worker to fork waits for it. False unless
-    ``TIANJI_FORK_WORKERS=1`` and where there is no forkserver (Windows): workers are spawned."""
+    imports in the background, and the first worker to fork waits for it. False with
+    ``TIANJI_FORK_WORKERS=0`` and where there is no forkserver (Windows): workers are spawned."""
     if not available():
         return False
     from multiprocessing import forkserver

@@ -38,6 +38,7 @@ class StalenessController(SchedulerPlugin):
         self.run_id = None
         self.groups: dict[int, Books] = {0: Books(0, {"window": window})}
         self.t_reset = time.time()
+        self.workers_epoch = 0  # workers joined or left: the learner's streams look for their homes again
 
     @property
     def primary(self) -> Books:
@@ -93,7 +94,11 @@ class StalenessController(SchedulerPlugin):
         """Adaptive clusters never retire the learner's worker: its actor would be lost."""
         return [ws for ws in workers if not ws.resources.get("LEARNER")]
 
+    def add_worker(self, scheduler, worker):
+        self.workers_epoch += 1
+
     def remove_worker(self, scheduler, worker, **kwargs):
+        self.workers_epoch += 1
         for books in self.groups.values():
             if books.learner_address is not None and worker == books.learner_address:
                 books.learner_lost = True
@@ -127,7 +132,7 @@ class StalenessController(SchedulerPlugin):
             raise ValueError(f"group: run {self.run_id} has no group {group}") from None
 
     def cycle(self, group: int = 0, **report) -> dict:
-        return self._books(group).cycle(**report)
+        return {**self._books(group).cycle(**report), "workers_epoch": self.workers_epoch}
 
     def configure(self, group: int | None = None, **settings) -> dict:
         """Change the law of one group, or of every group (``group=None``); see Books.configure."""

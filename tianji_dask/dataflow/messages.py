@@ -81,16 +81,20 @@ class ControllerParams:
 class CycleReply:
     """The controller's answer to one request: the keys it granted credits for (in the order
     asked), its current settings, and, when the replay-ratio floor would refuse one more key,
-    the samples the learner must have trained before it can be granted (None: ask any time)."""
+    the samples the learner must have trained before it can be granted (None: ask any time).
+    ``workers_epoch`` counts the workers that joined or left the cluster: when it moves, the
+    learner looks again for the explorer workers its streams run on."""
 
     granted: list[str]
     params: ControllerParams
     ask_again_at_samples: float | None = None
+    workers_epoch: int = 0
 
     def to_wire(self) -> dict:
         return {"granted": list(self.granted), "params": self.params.to_wire(),
-                "ask_again_at_samples": self.ask_again_at_samples}
+                "ask_again_at_samples": self.ask_again_at_samples, "workers_epoch": self.workers_epoch}
 
     @classmethod
     def from_wire(cls, wire: dict) -> "CycleReply":
-        return cls(list(wire["granted"]), ControllerParams.from_wire(wire["params"]), wire.get("ask_again_at_samples"))
+        return cls(list(wire["granted"]), ControllerParams.from_wire(wire["params"]), wire.get("ask_again_at_samples"),
+                   int(wire.get("workers_epoch", 0)))

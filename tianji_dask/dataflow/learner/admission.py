@@ -27,6 +27,8 @@ class AdmissionClient:
         self._request = None  # (concurrent future, [(key, stream)] asked, futures held until the answer)
         #: the samples trained at which the controller's last answer said one more chunk can be granted
         self.ask_again_at: float | None = None
+        #: the controller's count of workers joined or left, as of its last answer
+        self.workers_epoch = 0
 
     def set_window(self, window: int) -> None:
         """Start this learner's books at ``window`` (a resumed run goes on with its window)."""
@@ -69,6 +71,7 @@ class AdmissionClient:
         self._request = None
         self.params = answer.params
         self.ask_again_at = answer.ask_again_at_samples
+        self.workers_epoch = answer.workers_epoch
         granted = set(answer.granted)
         return [(key, stream) for key, stream in want if key in granted], held
 

@@ -126,6 +126,7 @@ class Loop:
         newest = self.publisher.newest()
         explore = self.core.algo.exploration(self.core.ledger.env_steps, self.core.version)
         with self.timed("submit"):
+            self.stream.workers_moved(self.admission.workers_epoch)
             self.stream.submit(granted, newest.version, newest.weights, explore, self.core.version)
         del release_after_submit
         if asked and not granted and not self.stream.in_flight and not self.core.ready():

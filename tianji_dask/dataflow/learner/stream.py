@@ -77,6 +77,7 @@ class ExplorerStream:
         self._serial = 0
         self._homes: list[str] = []
         self._homes_at = 0.0
+        self._workers_epoch: int | None = None  # the controller's count of workers joined or left, when last looked
         # large chunks come straight from the explorers (direct.py) when the comms are plain TCP
         self.sink, self._direct = None, None
         host = sink_host(worker_address) if direct_min_bytes is not None else None
@@ -177,6 +178,14 @@ class ExplorerStream:
         if now - self._homes_at > HOMES_EVERY_S:  # workers come and go (adaptive clusters)
             self.refresh_homes(now)
         return [self._homes[stream % len(self._homes)]] if self._homes else None
+
+    def workers_moved(self, epoch: int) -> None:
+        """The controller's count of workers joined or left: when it moved, a worker that left
+        no longer gets chunks (and those waiting for it are cancelled) from this submission on,
+        not after up to ``HOMES_EVERY_S``."""
+        if epoch != self._workers_epoch:
+            self._workers_epoch = epoch
+            self.refresh_homes()
 
     def refresh_homes(self, now: float | None = None) -> None:
         """Look up the explorer workers; cancel the chunks waiting for one that has left (a
