@@ -24,6 +24,7 @@ def _need_slurm():
 
 
 @pytest.mark.slurm
+@pytest.mark.slow  # a real Slurm: the full suite (CI) runs it
 def test_slurm_jobs_run_the_learner_and_the_explorers(tmp_path):
     _need_slurm()
     seen: set[str] = set()

@@ -97,6 +97,7 @@ def test_metrics_carry_tianji_series_that_move(live_run, dashboard_client):
     assert _metric(second, "tianji_env_steps_consumed_total") > _metric(first, "tianji_env_steps_consumed_total")
 
 
+@pytest.mark.slow  # a real browser: the full suite (CI) runs it
 def test_tianji_page_renders_in_a_real_browser(live_run, dashboard_client, tmp_path):
     if CHROMIUM is None:
         if os.environ.get("TIANJI_REQUIRE_BROWSER"):

@@ -11,8 +11,10 @@ Dask-free: the learner core writes and restores them, in single mode and in the 
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 import re
 import time
 from pathlib import Path
@@ -29,6 +31,10 @@ _ND = "__ndarray__"
 
 class CheckpointError(PipelineError):
     """A missing or unreadable checkpoint; ``str()`` is the one line to show (exit 2 in the CLI)."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a folder gone); ``str()`` is one line."""
 
 
 def _pack(obj):
@@ -71,8 +77,12 @@ def save(directory: str | os.PathLike, state: dict, keep: int = 3) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"ckpt-{int(state['version']):09d}.pt"
     tmp = d / f".{path.name}.{os.getpid()}.tmp"
-    torch.save(_pack({**state, "format": FORMAT, "saved_at": time.time()}), tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(_pack({**state, "format": FORMAT, "saved_at": time.time()}), tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk: the part written would take what room is left
+        raise
     for old in sorted(p for p in d.iterdir() if NAME.match(p.name))[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -121,9 +131,25 @@ class Checkpointer:
             algo.include_replay = s.replay
         state = {"version": version, "algo": algo.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
                  **(extra or {})}
-        self.last_path = save(s.dir, state, keep=s.keep)
+        try:
+            self.last_path = save(s.dir, state, keep=s.keep)
+        except (OSError, RuntimeError) as err:  # torch.save reports a full disk as a RuntimeError
+            kept = "none" if self.last_path is None else str(self.last_path)
+            raise CheckpointWriteError(f"checkpoint: cannot write to {str(s.dir)!r} ({_why(err, s.dir)}); "
+                                       f"the newest one kept: {kept}") from None
         self.last_t, self.last_version = time.time(), version
         return self.last_path
+
+
+def _why(err: Exception, directory) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    try:
+        if shutil.disk_usage(directory).free < 1 << 20:
+            return os.strerror(errno.ENOSPC)
+    except OSError:
+        pass
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def restore(path: str | os.PathLike, algo, ledger, t_run_start: float | None = None) -> dict:

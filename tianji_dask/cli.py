@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 
-from tianji_dask.errors import PipelineError  # not config: it imports torch, and the CLI starts first
+from tianji_dask.errors import PipelineError, RunFault  # not config: it imports torch, and the CLI starts first
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
@@ -412,6 +412,9 @@ def _command(argv) -> int:
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except RunFault as err:
+        print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop
         print("tianji-dask: interrupted" + (" (SIGTERM)" if _SigTerm.received else ""), file=sys.stderr)
         return EXIT_TERMINATED if _SigTerm.received else EXIT_INTERRUPTED

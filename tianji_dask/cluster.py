@@ -49,7 +49,7 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
     workers that each run ``explorer_threads`` explorer tasks at once."""
     kind, security = cluster_config.kind, make_security(cluster_config.security)
     if kind == "address":
-        return Opened(Client(cluster_config.address, security=security))
+        return Opened(connect(cluster_config.address, security))
     if kind in ("slurm", "pbs"):
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
                                          security, learners=learners, explorer_threads=explorer_threads)
@@ -58,6 +58,63 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
                             explorer_threads=explorer_threads, dashboard_later=later)
     return Opened(Client(cluster), cluster, dashboard_later=later)
+
+
+CONNECT_TIMEOUT_S = 10
+
+
+def connect(address: str, security=None, timeout: float = CONNECT_TIMEOUT_S) -> Client:
+    """A client of the scheduler at ``address``, or PipelineError in one line within ``timeout``:
+    a host that does not resolve or a port nobody listens on says so at once."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from tianji_dask.errors import PipelineError
+
+    def fail(why: str):
+        raise PipelineError(f"cluster.address: {why} at {address}; allowed: the address of a running Dask scheduler")
+
+    parts = urlsplit(address)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=timeout).close()
+    except socket.gaierror:
+        fail(f"the host {parts.hostname!r} does not resolve")
+    except ConnectionRefusedError:
+        fail("nothing listens")
+    except OSError as err:  # unreachable, timed out
+        fail(f"no answer within {timeout:g} s ({err.strerror or type(err).__name__})")
+    # a Client's own timeout does not bound the handshake: a port that accepts and never answers
+    # would hold it for as long as the peer keeps the connection open
+    try:
+        identity = _identity(address, security, timeout)
+    except (OSError, TimeoutError):
+        fail(f"no Dask scheduler answered within {timeout:g} s")
+    except Exception as err:  # noqa: BLE001 - whatever answered does not speak Dask's protocol
+        fail(f"what answered is not a Dask scheduler ({type(err).__name__})")
+    if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
+        fail("what answered is not a Dask scheduler")
+    return Client(address, security=security, timeout=timeout)
+
+
+def _identity(address: str, security, timeout: float) -> dict:
+    """The scheduler's answer to ``identity``, within ``timeout``; in a thread of its own, so that
+    a caller inside an event loop (Jupyter) can wait for it."""
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm import connect
+
+    async def ask():
+        args = security.get_connection_args("client") if security is not None else {}
+        comm = await connect(address, timeout=timeout, **args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, asyncio.wait_for(ask(), timeout)).result()
 
 
 def default_explorer_workers(explorers: int) -> int:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tianji_dask import addresses
 from tianji_dask.algos import algorithm_registry
 from tianji_dask.errors import PipelineError
 from tianji_dask.validation_errors import one_line
@@ -203,6 +204,18 @@ class ClusterConfig(_Strict):
     jobqueue: JobQueueConfig = Field(default_factory=JobQueueConfig, description="for kind slurm or pbs")
     security: Literal["none", "temporary"] | TLSFiles = Field(
         "none", description="none; temporary (self-signed TLS for an embedded cluster); or certificate files for tls://")
+
+    @field_validator("address")
+    @classmethod
+    def _scheduler_address(cls, v):
+        return None if v is None else addresses.scheduler_address(v)
+
+    @field_validator("dashboard_address", mode="before")
+    @classmethod
+    def _dashboard_address(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = f":{v}"  # a bare port, as YAML reads 8787
+        return addresses.listen_address(v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _address(self):

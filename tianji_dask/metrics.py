@@ -54,6 +54,9 @@ def age_summary(ages: np.ndarray) -> dict:
 
 def _atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as open() would make it, not mkstemp's owner-only
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             write(fh)

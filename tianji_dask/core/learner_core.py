@@ -134,6 +134,9 @@ class LearnerCore:
         except NumericFault as fault:
             self.error = str(fault)
             self.request_stop("numeric_fault")
+        except checkpoint.CheckpointWriteError as err:
+            self.error = str(err)
+            self.request_stop("disk")
         except BaseException:  # noqa: BLE001 - reported in the results, never swallowed
             self.error = traceback.format_exc()
             self.request_stop("error")

@@ -14,6 +14,7 @@ import psutil
 
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.stop import StopRules
+from tianji_dask.errors import RunFault
 from tianji_dask.metrics import write_results
 from tianji_dask.run import specs
 from tianji_dask.run.checks import check_pipeline
@@ -130,8 +131,15 @@ class Run:
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Run":
         p = self.pipeline
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._write_pipeline()  # what `tianji-dask resume` reads back
+        fresh = not self.out.exists()
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._write_pipeline()  # what `tianji-dask resume` reads back
+        except OSError as err:
+            if fresh:
+                shutil.rmtree(self.out, ignore_errors=True)
+            raise PipelineError(f"out: cannot write {str(self.out)!r} ({err.strerror or err}); "
+                                "allowed: a directory this user can create and write, on a disk with room") from None
         if p.mode == "single":
             from tianji_dask.single import SingleProcessRun
 
@@ -142,7 +150,13 @@ class Run:
             return self
         from tianji_dask.run import supervise
 
-        supervise.start(self)
+        try:
+            supervise.start(self)
+        except BaseException:
+            if fresh:  # no cluster, no learner: nothing was trained, and a folder of one file is no run
+                self.close()
+                shutil.rmtree(self.out, ignore_errors=True)
+            raise
         return self
 
     def _write_pipeline(self) -> None:
@@ -270,7 +284,13 @@ class Run:
             results["controller"] = self._controller_final()
             results["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
             results["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)
-        self.results_path = write_results(self.out, results, episodes, chunks)
+        try:
+            self.results_path = write_results(self.out, results, episodes, chunks)
+        except OSError as err:
+            self.results = results  # still the caller's, in memory
+            self.close()
+            raise RunFault(f"out: cannot write the results to {str(self.out)!r} ({err.strerror or err}); "
+                           f"the run's newest checkpoint: {results.get('checkpoint') or 'none'}") from None
         shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
         self.results = results
         t_written = time.time()

@@ -1,0 +1,120 @@
+"""Faults at the edges, as a user meets them on the command line: bad addresses and folders, a
+scheduler that is not there or does not answer, a disk that fills. Each is one line naming what
+went wrong and what is allowed, a non-zero exit (2 for what the user gave), no traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+
+def _cli(*args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tianji_dask", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def _one_error_line(proc, starts: str) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("tianji-dask: error:")]
+    assert len(errors) == 1 and errors[0].startswith(starts), proc.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("args,starts", [
+    (["--scheduler", "nonsense"], "tianji-dask: error: cluster.address: not a scheduler address"),
+    (["--scheduler", "udp://10.0.0.1:8786"], "tianji-dask: error: cluster.address: not a scheduler address"),
+    (["--scheduler", "tcp://10.0.0.1:0"], "tianji-dask: error: cluster.address: not a scheduler address"),
+    (["--set", "cluster.dashboard_address=:70000"], "tianji-dask: error: cluster.dashboard_address: not a listening address"),
+    (["--set", "cluster.dashboard_address=host:port"], "tianji-dask: error: cluster.dashboard_address: not a listening address"),
+    (["--out", "/proc/no-such-place/run"], "tianji-dask: error: out: cannot write"),
+])
+def test_a_bad_address_or_folder_is_one_line_and_exit_2(tmp_path, args, starts):
+    proc = _cli("train", "cartpole_ppo", "--quiet", *args)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_error_line(proc, starts)
+    assert "allowed" in line
+    assert not list(tmp_path.iterdir())
+
+
+@contextlib.contextmanager
+def _silent_listener():
+    """A port that accepts connections and never says a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    held, done = [], threading.Event()
+
+    def accept():
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["nothing listens", "does not resolve", "never answers"])
+def test_an_unreachable_scheduler_is_one_line_naming_the_address(tmp_path, kind):
+    out = tmp_path / "run"
+    with contextlib.ExitStack() as stack:
+        address = {"nothing listens": lambda: f"tcp://127.0.0.1:{_free_port()}",
+                   "does not resolve": lambda: "tcp://no-such-host.invalid:8786",
+                   "never answers": lambda: stack.enter_context(_silent_listener())}[kind]()
+        # the CLI's own bound is 10 s; the timeout here only keeps a broken build from hanging the suite
+        proc = _cli("train", "cartpole_ppo", "--quiet", "--scheduler", address, "--out", str(out), timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_error_line(proc, "tianji-dask: error: cluster.address:")
+    assert address in line and {"nothing listens": "nothing listens", "does not resolve": "does not resolve",
+                                "never answers": "no Dask scheduler answered"}[kind] in line
+    assert not out.exists()  # a start that failed leaves no folder behind
+
+
+def _tmpfs(path, size: str):
+    path.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk is simulated with a small tmpfs, which needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size,starts", [
+    # room for the pipeline and the results, none for a checkpoint: the run says so in its results
+    ("120k", "tianji-dask: the run failed:\ncheckpoint: cannot write to"),
+    # room for the pipeline only: the results cannot be written, and the line says where they were to go
+    ("24k", "tianji-dask: error: out: cannot write the results to"),
+])
+def test_a_disk_that_fills_during_a_run_is_one_line_and_leaves_no_partial_file(tmp_path, size, starts):
+    disk = tmp_path / "disk"
+    _tmpfs(disk, size)
+    try:
+        proc = _cli("train", "cartpole_dqn", "--quiet", "--out", str(disk / "run"), "--set", "stop.max_seconds=10")
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and starts in proc.stderr, proc.stderr
+        left = sorted(p.name for p in (disk / "run").rglob("*") if p.is_file())
+        assert not [name for name in left if name.startswith(".")], left  # no temporary file is left taking room
+        assert "pipeline.yaml" in left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
