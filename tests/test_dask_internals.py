@@ -163,3 +163,29 @@ def test_a_dashboard_is_built_later_on_a_scheduler_made_without_one():
     import asyncio
 
     asyncio.run(scenario())
+
+
+def _refuse_to_load():
+    raise OSError("the bytes of this result cannot be read here")
+
+
+class _Unloadable:
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+def test_a_result_that_cannot_be_fetched_comes_out_marked_and_the_rest_go_on():
+    # distributed's own as_completed lets a failed fetch escape its tracking task: a logged
+    # traceback, and the future never comes out (the learner would wait on it for ever)
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, processes=True) as cluster, \
+            Client(cluster) as client:
+        ac = dask_internals.arrivals_in_completion_order()
+        ac.add(client.submit(_Unloadable, pure=False))
+        ac.add(client.submit(lambda: 7, pure=False))
+        got = []
+        deadline = time.time() + 60
+        while len(got) < 2 and time.time() < deadline:
+            dask_internals.wait_any_completed(ac, 1.0)
+            got += ac.next_batch(block=False)
+        results = sorted((type(r).__name__ for _, r in got))
+        assert results == ["FetchFailed", "int"], got

@@ -118,3 +118,71 @@ def test_a_disk_that_fills_during_a_run_is_one_line_and_leaves_no_partial_file(t
         assert "pipeline.yaml" in left
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def _kill_a_worker_when(proc, out, phase: str, rng) -> bool:
+    """Kill one of the run's worker processes (chosen by ``rng``) while the cluster starts, while
+    it trains, or as it shuts down (once its results are written); False if none was there."""
+    import time
+
+    import psutil
+
+    def workers():
+        try:  # they fork from a process of the CLI's own, not from the CLI
+            return [p for p in psutil.Process(proc.pid).children(recursive=True) if p.ppid() != proc.pid]
+        except psutil.Error:
+            return []
+
+    deadline = time.time() + 120
+    if phase == "start":
+        while not workers() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.4))
+    elif phase == "train":
+        while not (out / "checkpoints").is_dir() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 1.5))
+    else:
+        while not (out / "results.json").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.002)
+    found = workers()
+    if not found:
+        return False
+    with contextlib.suppress(psutil.Error):
+        rng.choice(found).kill()
+    return True
+
+
+@pytest.mark.slow
+def test_a_worker_killed_at_any_moment_leaves_a_finished_run_or_one_line():
+    # a seeded schedule of faults: a learner or explorer worker process killed while the cluster
+    # starts, while the run trains, or as it shuts down; each run completes (results and a
+    # checkpoint kept) or stops with one line and a non-zero exit, and never prints a traceback
+    import random
+    import tempfile
+    from pathlib import Path
+
+    rng = random.Random(20261202)
+    killed = 0
+    for trial in range(6):
+        phase = ("start", "train", "end")[trial % 3]
+        out = Path(tempfile.mkdtemp(prefix="tianji-fault-")) / "run"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--quiet", "--out", str(out),
+             "--set", "stop.max_seconds=20", "--set", "checkpoint.every_versions=20",
+             "--set", "cluster.dashboard_address=null"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            killed += _kill_a_worker_when(proc, out, phase, rng)
+            stdout, stderr = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        said = f"trial {trial} ({phase}): exit {proc.returncode}\n{stdout}\n{stderr}"
+        assert "Traceback" not in stderr and "KeyError" not in stderr and " - ERROR - " not in stderr, said
+        if proc.returncode == 0:
+            assert (out / "results.json").exists() and list((out / "checkpoints").glob("ckpt-*.pt")), said
+        else:
+            assert proc.returncode == 1 and len([x for x in stderr.splitlines() if x.startswith("tianji-dask: error:")]) == 1, said
+        shutil.rmtree(out.parent, ignore_errors=True)
+    assert killed >= 5  # the schedule reached a worker almost every time

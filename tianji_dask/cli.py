@@ -308,6 +308,7 @@ def _dashboard_port_moved(run) -> tuple[int, int] | None:
 
 
 def _train(run, quiet: bool, verbose: bool = False) -> int:
+    _keep_traceback.run_out = str(run.out)
     try:
         with warnings.catch_warnings():
             # distributed warns, with a source line, when the dashboard port is taken; one line below says it
@@ -393,6 +394,29 @@ def _exit_now() -> None:
     os._exit(code)
 
 
+def _keep_traceback() -> str:
+    """Write the exception being handled to ``error.txt`` in the run's folder, or a temporary
+    file when the run has none; returns where."""
+    import tempfile
+    import traceback
+
+    text = traceback.format_exc()
+    out = _keep_traceback.run_out
+    if out is not None and os.path.isdir(out):
+        with contextlib.suppress(OSError):
+            path = os.path.join(out, "error.txt")
+            with open(path, "w") as fh:
+                fh.write(text)
+            return path
+    fd, path = tempfile.mkstemp(prefix="tianji-dask-error-", suffix=".txt")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return path
+
+
+_keep_traceback.run_out = None
+
+
 def _command(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -414,6 +438,10 @@ def _command(argv) -> int:
         return EXIT_USAGE
     except RunFault as err:
         print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - a fault with no line of its own: one line, its traceback in a file
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        print(f"tianji-dask: error: {type(err).__name__}: {first} (traceback: {_keep_traceback()})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop
         print("tianji-dask: interrupted" + (" (SIGTERM)" if _SigTerm.received else ""), file=sys.stderr)

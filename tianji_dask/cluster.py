@@ -156,6 +156,7 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
             silence_logs=logging.ERROR, scheduler_kwargs={"dashboard": False} if dashboard_later else None, **tls,
         )
+    logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
     template = dask_internals.worker_template(cluster)
     # a terminal's Ctrl-C is for the driver, which stops the run cleanly (see worker_preload)
     template["options"]["preload"] = ["tianji_dask.worker_preload"]
@@ -171,9 +172,25 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     if method == "forkserver":
         # for good, not for this block: a Nanny reads it again to restart a lost worker, which forks too
         dask.config.set({"distributed.worker.multiprocessing-method": method})
-    with forkserver.ignoring(signal.SIGINT):
-        dask_internals.add_workers(cluster, specs)
+    try:
+        with forkserver.ignoring(signal.SIGINT):
+            dask_internals.add_workers(cluster, specs)
+    except RuntimeError as err:  # worker processes died as they started, time after time
+        cluster.close()
+        from tianji_dask.errors import RunFault
+
+        raise RunFault(f"cluster: worker processes died while the cluster started ({err}); "
+                       "see the system's log for what ended them (memory, a signal)") from None
     return cluster
+
+
+def _handled_elsewhere(record: logging.LogRecord) -> bool:
+    """Drop the scheduler's errors for a worker lost mid-call: a result lost with it (the learner
+    reports that chunk lost, with its reason, in the run's results) and a call to every worker
+    (the run's own calls go on without a dead worker's answer)."""
+    message = record.getMessage()
+    return not (message.startswith("Couldn't gather keys")
+                or (message.startswith("broadcast to ") and "CommClosedError" in message))
 
 
 def serve_dashboard(cluster) -> None:

@@ -40,6 +40,45 @@ def wait_any_completed(ac, timeout: float) -> None:
             ac.thread_condition.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
 
 
+class FetchFailed(Exception):
+    """What ``arrivals_in_completion_order`` hands back, as a future's result, for a task that
+    finished but whose result could not be fetched (the worker holding it died meanwhile)."""
+
+
+def arrivals_in_completion_order():
+    """``as_completed(with_results=True, raise_errors=False)`` that hands over a future whose
+    result fetch failed as ``(future, FetchFailed(...))``. Distributed's own lets that error out
+    of its tracking task: logged as a traceback, and the future never comes out."""
+    from distributed import as_completed
+    from distributed.client import _wait
+    from distributed.utils import CancelledError
+
+    class _AsCompleted(as_completed):
+        async def _track_future(self, future):  # as_completed._track_future, with results, and the except
+            try:
+                await _wait(future)
+            except CancelledError:
+                pass
+            try:
+                result = await future._result(raiseit=False)
+            except CancelledError as exc:
+                result = exc
+            except Exception as err:  # noqa: BLE001 - gathering from a worker that died
+                result = FetchFailed(f"{type(err).__name__}: {err}")
+            with self.lock:
+                if future in self.futures:
+                    self.futures[future] -= 1
+                    if not self.futures[future]:
+                        del self.futures[future]
+                    self.queue.put_nowait((future, result))
+                    async with self.condition:
+                        self.condition.notify()
+                    with self.thread_condition:
+                        self.thread_condition.notify()
+
+    return _AsCompleted([], with_results=True, raise_errors=False)
+
+
 def actor_handle(cls, address: str, key: str, worker):
     """A handle to an actor that already exists (its class, worker address and key), made inside
     another worker: a Future cannot be passed to an actor (distributed#4488), so the learner gets
@@ -93,13 +132,30 @@ def task_prefix_metrics(scheduler) -> dict:
     return {k: v for k, v in scheduler.cumulative_worker_metrics.items() if isinstance(k, tuple)}
 
 
+def worker_plugin_names(client) -> list[str]:
+    """The worker plugins the scheduler hands to every worker that joins."""
+    return list(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)))
+
+
 # ---- clusters --------------------------------------------------------------------------------------
-def add_workers(cluster, specs: dict) -> None:
+def add_workers(cluster, specs: dict, attempts: int = 3) -> None:
     """Add named worker specs to a ``SpecCluster`` (a LocalCluster is one) and start them: worker
     processes with different resources, which ``LocalCluster(n_workers=...)`` cannot make.
-    ``SpecCluster._correct_state`` is what ``scale`` calls."""
+    ``SpecCluster._correct_state`` is what ``scale`` calls. A worker whose process dies while it
+    starts fails its Nanny's start; it is dropped and started again, up to ``attempts`` times
+    in all, and the last failure raised."""
+    from distributed.core import Status
+
     cluster.worker_spec.update(specs)
-    cluster.sync(cluster._correct_state)
+    for attempt in range(attempts):
+        try:
+            cluster.sync(cluster._correct_state)
+            return
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+            for name in [n for n, w in cluster.workers.items() if n in specs and w.status != Status.running]:
+                del cluster.workers[name]  # its failed start closed it; the next pass opens a new one
 
 
 def worker_spawn_environ() -> dict[str, str]:

@@ -57,6 +57,8 @@ class LearnerCore:
         if spec.resume_from:  # continue the learning curve, the books and the clock
             self.restored = checkpoint.restore(spec.resume_from, self.algo, self.ledger, spec.keep_t_run_start)
             self.version = self.checkpointer.last_version = int(self.restored["version"])
+        elif spec.keep_t_run_start is not None:  # rebuilt from the start: the time lost still counts
+            self.ledger.t_run_start = spec.keep_t_run_start
         self.error: str | None = None
         self._tensorboard = None
         if spec.tensorboard_dir:

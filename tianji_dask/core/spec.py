@@ -26,7 +26,8 @@ class CoreSpec:
     ``rows_dir``: where the chunk log and episodes spill as the run goes (None: all in memory).
     ``resume_from``: a checkpoint to continue from; with ``keep_t_run_start`` the run keeps that
     start time (a rebuilt learner: the time lost to the crash counts), without it the clock goes
-    on from the checkpoint's elapsed time (a resumed run: the pause does not count)."""
+    on from the checkpoint's elapsed time (a resumed run: the pause does not count). With
+    ``keep_t_run_start`` alone, a learner rebuilt from the start keeps the run's start."""
 
     make_algo: Callable
     stop: StopRules

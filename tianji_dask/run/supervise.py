@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 from tianji_dask.config import PipelineError
+from tianji_dask.errors import RunFault
+from tianji_dask import dask_internals
 from tianji_dask.run import accounting, specs
 
 REBUILD_ATTEMPTS = 3
@@ -34,13 +36,10 @@ def start(run) -> None:
     stop_active_memory_manager(client)
     run._explorer_workers = counts["EXPLORER"]
     client.register_plugin(StalenessController(run.law()["window"]), name="tianji")
-    client.register_plugin(
-        EnvPool(run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo,
+    register_worker_plugin(client, name="tianji-envs", plugin=EnvPool(run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo,
                 p.seed + 7919 * run._env_seed_offset,
                 explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
-                step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}),
-        name="tianji-envs",
-    )
+                step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
     run.dashboard_link = client.dashboard_link
     run._task_metrics0 = accounting.task_metrics(client)
     run._explorer_rss0 = accounting.explorer_rss(client)
@@ -65,6 +64,17 @@ def start(run) -> None:
         run._opened.serve_dashboard()
         if run._cpu0 is not None:
             run._cpu0["scheduler"] += time.process_time() - cpu
+
+
+def register_worker_plugin(client, name: str, plugin) -> None:
+    """Register a worker plugin. The scheduler keeps it for every worker that joins later; a
+    worker that dies while the plugin is handed to the workers fails the call after that, and
+    its replacement gets the plugin when it joins, so that failure is not the run's."""
+    try:
+        client.register_plugin(plugin, name=name)
+    except OSError:  # distributed's CommClosedError: a worker went away mid-broadcast
+        if name not in dask_internals.worker_plugin_names(client):
+            raise
 
 
 def learner_workers(client) -> list[str]:
@@ -102,22 +112,26 @@ def learner_statuses(run, wait_s: float = 0.0) -> list[dict] | None:
 
 
 def rebuild_learner(run, err: Exception, group: int = 0) -> None:
-    """A learner's worker was lost: rebuild that learner from its newest checkpoint on a
-    LEARNER worker (waiting for one to come back), at most ``REBUILD_ATTEMPTS`` times per run.
+    """A learner's worker was lost: rebuild that learner from its newest checkpoint (lost before
+    its first, from the start) on a LEARNER worker (waiting for one to come back), at most ``REBUILD_ATTEMPTS`` times per run.
     In group mode the other groups go on; the rebuilt learner rejoins the reducer's rounds."""
     from tianji_dask import checkpoint
     from tianji_dask.cluster import check_roles
 
     ckpt_dir = specs.checkpoint_dirs(run.out, run.pipeline.groups)[group]
     if len(run._restarts) >= REBUILD_ATTEMPTS:
-        raise RuntimeError(f"learner: lost {len(run._restarts) + 1} times, giving up (last: {err}); "
+        raise RunFault(f"learner: lost {len(run._restarts) + 1} times, giving up (last: {err}); "
                            f"`tianji-dask resume {run.out}` continues from the newest checkpoint") from None
     try:
         path = checkpoint.latest(ckpt_dir)
     except checkpoint.CheckpointError:
-        raise RuntimeError(f"learner: lost ({err}) before its first checkpoint; nothing to rebuild from") from None
+        path = None  # lost before its first checkpoint: it starts over (from the one this run resumed, if any)
     check_roles(run.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)
     # the crash's lost time counts: the rebuilt learner keeps the run's start
-    spec = run._learner_spec(group, rebuilt=True, resume_from=str(path.resolve()), keep_t_run_start=run._t_run_start)
-    run._restarts.append({"t": time.time(), "group": group, "error": str(err)[:500], "checkpoint": str(path)})
+    changes = {"keep_t_run_start": run._t_run_start}
+    if path is not None:
+        changes["resume_from"] = str(path.resolve())
+    spec = run._learner_spec(group, rebuilt=True, **changes)
+    run._restarts.append({"t": time.time(), "group": group, "error": str(err)[:500],
+                          "checkpoint": None if path is None else str(path)})
     run._learners[group] = submit_learner(run, spec, group, attempt=len(run._restarts)).result()

@@ -15,8 +15,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from distributed import as_completed
-
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import explore_chunk
@@ -69,7 +67,7 @@ class ExplorerStream:
         self._run_id, self._tag, self._group = run_id, tag, group
         self.streams = list(streams)
         self._chunk_steps = chunk_steps
-        self._ac = as_completed([], with_results=True, raise_errors=False)
+        self._ac = dask_internals.arrivals_in_completion_order()
         self._in_flight: dict[str, InFlight] = {}
         self._per_stream = {s: 0 for s in self.streams}  # chunks in flight per stream
         self._failures = {s: 0 for s in self.streams}  # consecutive failed chunks per stream
@@ -138,6 +136,8 @@ class ExplorerStream:
         arrival = Arrival(future.key, stream, entry.submit_version, future)
         if future.status == "cancelled":
             arrival.lost = "cancelled: its explorer worker left"
+        elif isinstance(result, dask_internals.FetchFailed):
+            arrival.lost = f"finished, but its result could not be fetched ({result})"
         elif future.status != "finished":
             self._failures[stream] += 1
             arrival.lost, arrival.failed, arrival.failures = describe_error(result), True, self._failures[stream]
