@@ -122,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's results directory")
     plot.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots of the first run)")
     sub.add_parser("pipelines", help="list the bundled pipelines: name, env id, algorithm, target return")
+    ev = sub.add_parser("eval", help="play a run's policy (deterministic) from its newest checkpoint; optionally record videos")
+    ev.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
+    ev.add_argument("--checkpoint", help="a checkpoint file (default: the run's newest)")
+    ev.add_argument("--episodes", type=_number("--episodes", int, minimum=1, inclusive=True, what="a whole number"), default=10)
+    ev.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), default=0,
+                    help="env seed of the first episode (the next ones count up)")
+    ev.add_argument("--video", metavar="DIR", help="write one MP4 per episode here (needs the video extra)")
     show = sub.add_parser("show", help="print a pipeline as YAML, resolved and validated (every field, defaults filled in)")
     show.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     show.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
@@ -137,6 +144,19 @@ def cmd_pipelines(args) -> int:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from tianji_dask.evaluate import evaluate
+
+    ev = evaluate(args.run_dir, checkpoint_path=args.checkpoint, episodes=args.episodes, seed=args.seed,
+                  video_dir=args.video)
+    print(f"tianji-dask: {len(ev.returns)} episodes, deterministic policy of {ev.checkpoint} (version {ev.version}): "
+          f"mean return {ev.mean:.2f} ± {ev.std:.2f}")
+    print("tianji-dask: returns " + ", ".join(f"{r:.1f}" for r in ev.returns))
+    for video in ev.videos:
+        print(f"tianji-dask: video {video}")
     return 0
 
 
@@ -433,6 +453,8 @@ def _command(argv) -> int:
             return cmd_pipelines(args)
         if args.command == "show":
             return cmd_show(args)
+        if args.command == "eval":
+            return cmd_eval(args)
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE
