@@ -40,7 +40,7 @@ def test_the_deterministic_policy_gives_the_same_returns_for_the_same_seed(train
 
 @pytest.mark.parametrize("args,starts", [
     (["eval", "/no/such/run"], "tianji-dask: error: run_dir:"),
-    (["eval", "RUN", "--episodes", "0"], "tianji-dask: error: --episodes"),
+    (["eval", "RUN", "--episodes", "0"], "tianji-dask eval: error: argument --episodes"),
     (["eval", "RUN", "--checkpoint", "/no/such.pt"], "tianji-dask: error: checkpoint:"),
 ])
 def test_bad_eval_arguments_are_one_line_and_exit_2(trained, capsys, args, starts):
