@@ -173,3 +173,18 @@ def test_run_arguments_are_checked(args, kwargs, message):
 
     with pytest.raises(PipelineError, match=message):
         Run(*args, **kwargs)
+
+
+def test_zero_dimensional_arrays_keep_their_shape_and_normalizer_statistics_resume(tmp_path):
+    # a 0-d count came back as [count], and a run with observation normalization could not resume
+    from tianji_dask.algos.normalize import ObsNormalizer
+
+    norm = ObsNormalizer((3,))
+    norm.observe(np.arange(12, dtype=np.float32).reshape(4, 3))
+    norm.fold()
+    path = checkpoint.save(tmp_path, {"version": 1, "scalar": np.array(2.5), "norm": norm.state_dict()})
+    state = checkpoint.load(path)
+    assert state["scalar"].shape == () and float(state["scalar"]) == 2.5
+    back = ObsNormalizer((3,))
+    back.load_state_dict(state["norm"])
+    assert back.count == norm.count and np.allclose(back.mean, norm.mean)

@@ -39,7 +39,8 @@ class CheckpointWriteError(OSError):
 
 def _pack(obj):
     if isinstance(obj, np.ndarray):
-        return {_ND: torch.from_numpy(np.ascontiguousarray(obj)), "dtype": str(obj.dtype)}
+        # reshaped: ascontiguousarray makes a 0-d array 1-d, and a scalar would come back as [x]
+        return {_ND: torch.from_numpy(np.ascontiguousarray(obj).reshape(obj.shape)), "dtype": str(obj.dtype)}
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):

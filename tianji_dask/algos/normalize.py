@@ -68,7 +68,8 @@ class RunningMeanStd:
         self.mean, self.var = np.array(state["mean"], np.float64), np.array(state["var"], np.float64)
         self.pending_mean = np.array(state["pending_mean"], np.float64)
         self.pending_var = np.array(state["pending_var"], np.float64)
-        self.count, self.pending_count = float(state["count"]), float(state["pending_count"])
+        # .item(): a checkpoint written before 0-d arrays kept their shape holds them as [x]
+        self.count, self.pending_count = np.asarray(state["count"]).item(), np.asarray(state["pending_count"]).item()
 
 
 class ObsNormalizer(RunningMeanStd):
