@@ -51,3 +51,47 @@ def test_bad_eval_arguments_are_one_line_and_exit_2(trained, capsys, args, start
         code = exit_.code
     err = capsys.readouterr().err
     assert code == 2 and starts in err and "Traceback" not in err, err
+
+
+# ---- evaluation during training ---------------------------------------------------------------
+def test_evaluations_run_beside_training_and_are_never_trained_on(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "run", overrides={
+        "eval": {"every_s": 1, "episodes": 3}, "stop.on_solve": False, "stop.max_seconds": 6})
+    results = run.start().wait(timeout=120)
+    rows = results["eval"]
+    assert len(rows) >= 3 and all(r["episodes"] == 3 and len(r["returns"]) == 3 for r in rows)
+    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows) and rows[-1]["version"] > rows[0]["version"]
+    # never trained on, never credited: the controller's books hold the training chunks alone
+    ctrl = results["controller"]
+    assert ctrl["chunks_consumed"] == results["chunks"] and ctrl["credits_granted"] == results["chunks"] + results["chunks_lost"]
+    lines = (tmp_path / "run" / "eval.csv").read_text().splitlines()
+    assert lines[0] == "t,version,mean,std,episodes" and len(lines) == len(rows) + 1
+
+
+def test_a_run_can_solve_on_its_evaluations():
+    from tianji_dask.core.ledger import Ledger
+    from tianji_dask.core.stop import StopRules
+
+    rules = StopRules(target_return=100, on_eval=True)
+    ledger = Ledger(rules, t_run_start=0.0, t_process_start=0.0)
+    ledger.record_eval(1.0, 10, [50, 60])
+    assert ledger.check_stop(now=1.5) is None
+    ledger.record_eval(2.0, 20, [100, 120])
+    assert ledger.check_stop(now=2.5) == "solved"
+    ledger.t_end = 3.0
+    results = ledger.results(20)
+    assert results["solved"] and results["time_to_solve_s"] == 2.0 and [r["mean"] for r in results["eval"]] == [55, 110]
+    # training returns do not solve such a run
+    assert not StopRules(target_return=100, on_eval=True).window_mean_solves([200] * 100)
+
+
+@pytest.mark.parametrize("overrides,starts", [
+    ({"stop.on": "eval"}, "stop.on: 'eval' solves on evaluations"),
+    ({"eval": {"episodes": 3}}, "eval: give every_s or every_versions"),
+    ({"eval": {"every_s": 1}, "mode": "single"}, "eval: runs on explorer workers"),
+])
+def test_eval_settings_are_checked(overrides, starts):
+    from tianji_dask.config import PipelineError
+
+    with pytest.raises(PipelineError, match="^" + starts.replace("(", r"\(")):
+        Run("cartpole_dqn", overrides=overrides)

@@ -47,7 +47,8 @@ def _metric(text: str, name: str) -> float:
 def live_run(dashboard_client, tmp_path_factory):
     """A DQN run that keeps going while the tests look at it; stopped at the end."""
     out = tmp_path_factory.mktemp("observe") / "run"
-    run = Run("cartpole_dqn", dashboard_client, out=out, overrides={"stop.max_seconds": 120, "stop.target_return": None})
+    run = Run("cartpole_dqn", dashboard_client, out=out, overrides={"stop.max_seconds": 120, "stop.target_return": None,
+                                                                   "eval": {"every_s": 0.5, "episodes": 2}})
     run.start()
     deadline = time.time() + 60
     while run.status().get("episodes", 0) < 20 and time.time() < deadline:
@@ -80,6 +81,7 @@ def test_tianji_page_serves_plots_with_data(live_run, dashboard_client):
         assert len(filled) >= 5, f"only {len(filled)} of {len(sources)} plot sources hold data"
         returns = [s for s in sources if "mean_return" in s.data][0]
         assert np.nanmax(np.asarray(returns.data["mean_return"], dtype=float)) > 0
+        assert np.nanmax(np.asarray(returns.data["eval_return"], dtype=float)) > 0  # the evaluations' points
     plots = json.loads(_get(f"{base}/individual-plots.json")[1])
     assert any("tianji" in name.lower() for name in plots), plots
 
@@ -91,9 +93,10 @@ def test_metrics_carry_tianji_series_that_move(live_run, dashboard_client):
     second = _get(f"{base}/metrics")[1]
     for name in ("tianji_learner_version", "tianji_chunks_consumed_total", "tianji_env_steps_consumed_total",
                  "tianji_chunks_in_flight", "tianji_window", "tianji_staleness_versions_count",
-                 "tianji_staleness_versions_sum", "tianji_mean_return"):
+                 "tianji_staleness_versions_sum", "tianji_mean_return", "tianji_eval_return"):
         _metric(second, name)
     assert _metric(second, "tianji_learner_version") > _metric(first, "tianji_learner_version")
+    assert _metric(second, "tianji_eval_return") > 0
     assert _metric(second, "tianji_env_steps_consumed_total") > _metric(first, "tianji_env_steps_consumed_total")
 
 

@@ -359,8 +359,11 @@ def _train(run, quiet: bool, verbose: bool = False) -> int:
     if results.get("error"):
         print(f"tianji-dask: the run failed:\n{results['error']}", file=sys.stderr)
     if results["solved"]:
+        stop = run.pipeline.stop
+        rule = (f"evaluation mean over {run.pipeline.eval.episodes} episodes" if stop.on == "eval"
+                else f"{stop.window}-episode mean")
         print(
-            f"tianji-dask: solved {run.pipeline.env.id} (100-episode mean >= {results['target_return']:g}) in "
+            f"tianji-dask: solved {run.pipeline.env.id} ({rule} >= {results['target_return']:g}) in "
             f"{results['time_to_solve_s']:.2f} s from run start ({results['time_to_solve_from_process_start_s']:.2f} s "
             f"from process start), {results['env_steps']:,} env steps"
         )

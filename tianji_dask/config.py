@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tianji_dask import addresses
 from tianji_dask.algos import algorithm_registry
+from tianji_dask.bundled import bundled_pipelines, bundled_pipelines_dir, resolve_pipeline_path  # noqa: F401 - config's API
 from tianji_dask.errors import PipelineError
 from tianji_dask.validation_errors import one_line
 
@@ -58,6 +59,8 @@ class StopConfig(_Strict):
     max_updates: int | None = Field(None, ge=1)
     max_seconds: float | None = Field(None, gt=0)
     on_solve: bool = Field(True, description="stop as soon as the target is reached")
+    on: Literal["train", "eval"] = Field("train", description="whose returns solve: training episodes' running "
+                                         "mean, or the mean of an evaluation (needs the eval section)")
     max_explorer_failures: int = Field(
         10, ge=1, description="stop when one explorer stream's chunks fail this many times in a row")
 
@@ -65,6 +68,22 @@ class StopConfig(_Strict):
     def _some_stop(self):
         if self.target_return is None and not (self.max_env_steps or self.max_updates or self.max_seconds):
             raise ValueError("give target_return or one of max_env_steps, max_updates, max_seconds")
+        return self
+
+
+class EvalConfig(_Strict):
+    """Evaluation during training: episodes played apart, on explorer workers, with the newest
+    published weights; never trained on, holding no window credit."""
+
+    every_s: float | None = Field(None, gt=0, description="evaluate every this many seconds of training")
+    every_versions: int | None = Field(None, ge=1, description="evaluate every this many learner versions")
+    episodes: int = Field(5, ge=1, le=10_000, description="episodes per evaluation")
+    deterministic: bool = Field(True, description="the most likely action (no exploration)")
+
+    @model_validator(mode="after")
+    def _when(self):
+        if self.every_s is None and self.every_versions is None:
+            raise ValueError("give every_s or every_versions")
         return self
 
 
@@ -244,6 +263,15 @@ class Pipeline(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
+    eval: EvalConfig | None = Field(None, description="evaluation during training (relaxed and lockstep modes, one group)")
+
+    @model_validator(mode="after")
+    def _eval(self):
+        if self.eval is not None and (self.mode == "single" or self.groups > 1):
+            raise PipelineError("eval: runs on explorer workers beside one learner; allowed: mode relaxed or lockstep, groups 1")
+        if self.stop.on == "eval" and (self.eval is None or self.stop.target_return is None):
+            raise PipelineError("stop.on: 'eval' solves on evaluations; give an eval section and stop.target_return")
+        return self
 
     @model_validator(mode="after")
     def _balance(self):
@@ -380,18 +408,6 @@ def pipeline_yaml(pipeline: Pipeline) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def bundled_pipelines() -> list[dict]:
-    """Each bundled pipeline's name, env id, algorithm and target return, read without validating
-    (a pipeline whose env needs an extra that is not installed is still listed)."""
-    rows = []
-    for path in sorted(bundled_pipelines_dir().glob("*.yaml")):
-        data = yaml.safe_load(path.read_text()) or {}
-        rows.append({"name": path.stem, "env_id": (data.get("env") or {}).get("id"),
-                     "algo": (data.get("algo") or {}).get("name"),
-                     "target_return": (data.get("stop") or {}).get("target_return")})
-    return rows
-
-
 def load_pipeline(path: str | os.PathLike, overrides: dict | None = None) -> Pipeline:
     """Load a pipeline YAML file (``yaml.safe_load``) or a bundled pipeline name like
     ``cartpole_ppo``."""
@@ -408,20 +424,3 @@ def load_pipeline(path: str | os.PathLike, overrides: dict | None = None) -> Pip
         problem = getattr(err, "problem", None) or "malformed YAML"
         raise PipelineError(f"pipeline: malformed YAML in {p.name}{where}: {problem}") from None
     return parse_pipeline(data, source=p.name, overrides=overrides)
-
-
-def bundled_pipelines_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "pipelines"
-
-
-def resolve_pipeline_path(path: str | os.PathLike) -> Path:
-    p = Path(path)
-    if p.exists() or p.suffix in (".yaml", ".yml") or os.sep in str(path):
-        if not p.exists():
-            raise PipelineError(f"pipeline: file {str(path)!r} does not exist")
-        return p
-    bundled = bundled_pipelines_dir() / f"{path}.yaml"
-    if bundled.exists():
-        return bundled
-    names = sorted(q.stem for q in bundled_pipelines_dir().glob("*.yaml"))
-    raise PipelineError(f"pipeline: {str(path)!r} is neither a file nor a bundled pipeline ({', '.join(names)})")

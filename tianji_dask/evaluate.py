@@ -86,26 +86,40 @@ def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
     out = Evaluation(str(path), int(state["version"]))
     if video_dir is not None:
         Path(video_dir).mkdir(parents=True, exist_ok=True)
+    fps = int(env.metadata.get("render_fps") or 30)
+
+    def write_video(episode: int, frames: list) -> None:
+        video = Path(video_dir) / f"episode-{episode:03d}.mp4"
+        imageio.mimwrite(video, frames, fps=fps, macro_block_size=1)
+        out.videos.append(str(video))
+
     try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
-            frames = [_frame(env.render())] if video_dir is not None else None
-            total, steps, done = 0.0, 0, False
-            while not done and steps < MAX_EPISODE_STEPS:
-                actions, _ = algo.act(obs, DETERMINISTIC)
-                obs, reward, terminated, truncated, _ = env.step(algo.env_action(actions))
-                total += float(np.sum(reward))
-                steps += 1
-                done = bool(np.any(terminated) or np.any(truncated))
-                if frames is not None and not done:
-                    frames.append(_frame(env.render()))
-            out.returns.append(total)
-            out.lengths.append(steps)
-            if frames is not None:
-                video = Path(video_dir) / f"episode-{episode:03d}.mp4"
-                fps = int(env.metadata.get("render_fps") or 30)
-                imageio.mimwrite(video, frames, fps=fps, macro_block_size=1)
-                out.videos.append(str(video))
+        out.returns, out.lengths = play_episodes(algo, env, episodes, seed, DETERMINISTIC,
+                                                 on_episode_frames=write_video if video_dir is not None else None)
     finally:
         env.close()
     return out
+
+
+def play_episodes(policy, env, episodes: int, seed: int, explore: dict, on_episode_frames=None) -> tuple[list, list]:
+    """Play ``episodes`` whole episodes on a one-env vector env (env seeds ``seed``, ``seed + 1``,
+    ...); returns (returns, lengths). ``on_episode_frames(episode, frames)``: each episode's
+    rendered frames, from the reset to the step before the last (the env renders ``rgb_array``)."""
+    returns, lengths = [], []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        frames = [_frame(env.render())] if on_episode_frames is not None else None
+        total, steps, done = 0.0, 0, False
+        while not done and steps < MAX_EPISODE_STEPS:
+            actions, _ = policy.act(obs, explore)
+            obs, reward, terminated, truncated, _ = env.step(policy.env_action(actions))
+            total += float(np.sum(reward))
+            steps += 1
+            done = bool(np.any(terminated) or np.any(truncated))
+            if frames is not None and not done:
+                frames.append(_frame(env.render()))
+        returns.append(total)
+        lengths.append(steps)
+        if frames is not None:
+            on_episode_frames(episode, frames)
+    return returns, lengths

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 EPISODE_FIELDS = ("t_end", "return", "length", "explorer_id")
+EVAL_FIELDS = ("t", "version", "mean", "std", "episodes")  # eval.csv: one row per evaluation
 CHUNK_FIELDS = (
     "t_consumed", "explorer_id", "submit_version", "policy_version", "consumed_version", "staleness_versions",
     "age_s", "env_steps", "nbytes", "t_start", "t_end",
@@ -80,6 +81,9 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
 
     _atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
     _atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
+    if results.get("eval"):
+        rows_ = np.array([[row[k] for k in EVAL_FIELDS] for row in results["eval"]], dtype=np.float64)
+        _atomic_write(out / "eval.csv", rows(EVAL_FIELDS, rows_))
     _atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
     return out / "results.json"
 

@@ -92,6 +92,10 @@ class LearnerCore:
     def record_lost(self, key: str, explorer_id: int, why: str) -> None:
         self.ledger.record_lost(key, explorer_id, why)
 
+    def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
+        """An evaluation of policy ``version`` ended at ``t`` (see ``Ledger.record_eval``)."""
+        return self.ledger.record_eval(t, version, returns)
+
     # ---- training -------------------------------------------------------------------------
     def ready(self) -> bool:
         return self.algo.ready()

@@ -33,6 +33,7 @@ class Ledger:
         self.episodes = self._rows("episodes", 4)  # (t_end, return, length, explorer_id)
         self.chunk_rows = self._rows("chunks", len(CHUNK_FIELDS))
         self.lost: list[dict] = []
+        self.evals: list[dict] = []  # evaluations: t, version, mean, std, episodes, returns
         self.dropped: dict[str, int] = {}  # chunks consumed but not trained on, by reason
         self.env_steps = 0
         self.env_steps_used = 0
@@ -87,6 +88,20 @@ class Ledger:
                 self.solved_online_at = t_consumed
         return staleness, age_s
 
+    def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
+        """One evaluation's episodes (played apart, never trained on); with ``stop.on: eval`` the
+        first whose mean reaches the target solves the run."""
+        returns = [float(r) for r in returns]
+        row = {"t": t, "version": int(version), "mean": float(np.mean(returns)), "std": float(np.std(returns)),
+               "episodes": len(returns), "returns": returns}
+        self.evals.append(row)
+        if self.solved_online_at is None and self.rules.eval_solves(row["mean"]):
+            self.solved_online_at = t
+        return row
+
+    def eval_mean(self) -> float | None:
+        return self.evals[-1]["mean"] if self.evals else None
+
     def record_dropped(self, reason: str) -> None:
         """A consumed chunk the learner did not train on (its episodes still count: they ran)."""
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -136,6 +151,7 @@ class Ledger:
             "updates": self.updates, "samples_trained": self.samples_trained, "learn_s": self.learn_s,
             "explore_s": self.explore_s, "bytes": self.bytes, "recent_returns": list(self._recent_returns),
             "solved_s": None if self.solved_online_at is None else self.solved_online_at - self.t_run_start,
+            "evals": [{**row, "t": row["t"] - self.t_run_start} for row in self.evals],
         }
 
     def load_state_dict(self, state: dict, now: float | None = None) -> None:
@@ -153,6 +169,7 @@ class Ledger:
         self._recent_returns.clear()
         self._recent_returns.extend(state["recent_returns"])
         self.solved_online_at = None if state["solved_s"] is None else self.t_run_start + state["solved_s"]
+        self.evals = [{**row, "t": row["t"] + self.t_run_start} for row in state.get("evals", [])]
 
     # ---- stopping -----------------------------------------------------------------------
     def check_stop(self, now: float | None = None) -> str | None:
@@ -180,6 +197,7 @@ class Ledger:
             "updates": self.updates,
             "episodes": len(self.episodes),
             "mean_return": self.mean_return(),
+            "eval_mean_return": self.eval_mean(),
             "elapsed_s": wall,
             "env_steps_per_s": self.env_steps / wall,
             "staleness_recent_mean": float(recent.mean()) if len(recent) else None,
@@ -211,7 +229,7 @@ class Ledger:
         wall = max(t_end - self.t_run_start, 1e-9)
         episodes, chunks = self.arrays() if arrays is None else arrays
         target = self.rules.target_return
-        solved_at = self.rules.solved_at(episodes)
+        solved_at = self.rules.solved_at(episodes, self.evals)
         staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")] if len(chunks) else np.zeros(0)
         ages = chunks[:, CHUNK_FIELDS.index("age_s")] if len(chunks) else np.zeros(0)
         res = {
@@ -243,6 +261,7 @@ class Ledger:
             "age_s": age_summary(ages),
             "last_update_metrics": self.last_metrics,
             "startup": self.startup(),
+            "eval": [{**row, "t": row["t"] - self.t_run_start} for row in self.evals],
         }
         res.update(extra or {})
         return res

@@ -20,12 +20,14 @@ class StopRules:
     max_env_steps: int | None = None
     max_updates: int | None = None
     max_seconds: float | None = None
+    on_eval: bool = False  # the target is judged on evaluations' means, not training returns
 
     @classmethod
     def of(cls, stop) -> "StopRules":
         """From a pipeline's ``StopConfig``."""
         return cls(target_return=stop.target_return, window=stop.window, on_solve=stop.on_solve,
-                   max_env_steps=stop.max_env_steps, max_updates=stop.max_updates, max_seconds=stop.max_seconds)
+                   max_env_steps=stop.max_env_steps, max_updates=stop.max_updates, max_seconds=stop.max_seconds,
+                   on_eval=getattr(stop, "on", "train") == "eval")
 
     def for_group(self) -> "StopRules":
         """A group's learner stops on its time budget only: solving and the step and update
@@ -44,11 +46,20 @@ class StopRules:
             return "max_seconds"
         return None
 
-    def solved_at(self, episodes: np.ndarray) -> float | None:
-        """The end time of the episode that solved (rows ``(t_end, return, ...)``), or None."""
-        return None if self.target_return is None else time_to_solve(episodes, self.target_return, self.window)
+    def solved_at(self, episodes: np.ndarray, evals: list[dict] = ()) -> float | None:
+        """The end time of the episode that solved (rows ``(t_end, return, ...)``), or with
+        ``on_eval`` the time of the first evaluation (rows with "t" and "mean") that did; None."""
+        if self.target_return is None:
+            return None
+        if self.on_eval:
+            return next((row["t"] for row in evals if row["mean"] >= self.target_return), None)
+        return time_to_solve(episodes, self.target_return, self.window)
+
+    def eval_solves(self, mean: float) -> bool:
+        return self.on_eval and self.target_return is not None and mean >= self.target_return
 
     def window_mean_solves(self, returns) -> bool:
         """Does a full window of ``returns`` reach the target? (The cheap check that gates the
         exact rule, which sorts every episode by end time.)"""
-        return self.target_return is not None and len(returns) == self.window and sum(returns) / self.window >= self.target_return
+        return (not self.on_eval and self.target_return is not None and len(returns) == self.window
+                and sum(returns) / self.window >= self.target_return)

@@ -153,3 +153,24 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
             except Unencodable:
                 pass  # a value the direct format cannot carry: the chunk goes through Dask
     return chunk
+
+
+def evaluate_policy(run_id: str, weights: dict, policy_version: int, episodes: int, seed: int,
+                    deterministic: bool = True) -> dict:
+    """Play ``episodes`` whole episodes on an env of its own with policy ``policy_version``: an
+    evaluation, never trained on. Deterministic: the most likely action, no exploration."""
+    from tianji_dask.envs import make_vec_env
+    from tianji_dask.evaluate import DETERMINISTIC, play_episodes
+
+    pool: EnvPool = get_worker().plugins[POOL_NAME]
+    if pool.run_id != run_id:
+        raise RuntimeError(f"explorer pool belongs to run {pool.run_id}, task to run {run_id}")
+    policy = pool.make_policy()  # its own: the explorer threads' policies stay at their versions
+    policy.set_weights(weights)
+    env = make_vec_env(pool.env_id, 1, seed=seed, **pool.env_kwargs)
+    t_start = time.time()
+    try:
+        returns, lengths = play_episodes(policy, env, episodes, seed, DETERMINISTIC if deterministic else {})
+    finally:
+        env.close()
+    return {"version": policy_version, "returns": returns, "lengths": lengths, "t_start": t_start, "t_end": time.time()}

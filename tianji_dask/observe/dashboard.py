@@ -61,7 +61,7 @@ class _Panels:
         self.prev = None  # previous learner row, for rates
         S = ColumnDataSource
         self.src = {
-            "returns": S({"t": [], "mean_return": []}),
+            "returns": S({"t": [], "mean_return": [], "eval_return": []}),
             "rates": S({"t": [], "produced": [], "consumed": []}),
             "staleness": S({"t": [], "staleness": []}),
             "hist": S({"left": [], "right": [], "count": []}),
@@ -77,7 +77,9 @@ class _Panels:
         for name in panels:
             f = figure(title=TITLES[name], x_axis_label=xl, **kw)
             if name == "returns":
-                f.line("t", "mean_return", source=self.src["returns"], line_width=2)
+                f.line("t", "mean_return", source=self.src["returns"], line_width=2, legend_label="training, 100-episode mean")
+                f.scatter("t", "eval_return", source=self.src["returns"], size=6, color="#2ca02c", legend_label="evaluation")
+                f.legend.location = "top_left"
                 f.yaxis.axis_label = "return"
             elif name == "rates":
                 f.line("t", "produced", source=self.src["rates"], line_width=2, color="#1f77b4", legend_label="env steps/s produced")
@@ -142,7 +144,8 @@ class _Panels:
         if new_series:
             self.t_series = new_series[-1]["t"]
             t = [row["t"] - t0 for row in new_series]
-            self.src["returns"].stream({"t": t, "mean_return": [_num(row.get("mean_return")) for row in new_series]}, ROLLOVER)
+            self.src["returns"].stream({"t": t, "mean_return": [_num(row.get("mean_return")) for row in new_series],
+                                        "eval_return": [_num(row.get("eval_mean_return")) for row in new_series]}, ROLLOVER)
             produced, consumed, busy = [], [], []
             for row in new_series:
                 prev = self.prev or row

@@ -57,6 +57,7 @@ class TianjiCollector:
                 labels, count_value=n, sum_value=books.staleness_sum)
             gauge("staleness_max_versions", "Largest staleness seen (versions)", books.staleness_max if n else None)
             gauge("mean_return", "Running mean of training episode returns", learner.get("mean_return"))
+            gauge("eval_return", "Mean return of the latest evaluation; NaN before the first", learner.get("eval_mean_return"))
             gauge("updates", "Learner updates", learner.get("updates"))
             gauge("replay_ratio", "Samples trained per env step", learner.get("replay_ratio"))
             elapsed = learner.get("elapsed_s")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 #: status fields written as ``tianji/<name>`` scalars, when present
-SCALARS = ("mean_return", "updates", "version", "env_steps_per_s", "staleness_recent_mean", "chunks_in_flight",
+SCALARS = ("mean_return", "eval_mean_return", "updates", "version", "env_steps_per_s", "staleness_recent_mean", "chunks_in_flight",
            "window", "replay_ratio", "episodes", "chunks_dropped", "chunks_lost")
 EVERY_S = 1.0
 

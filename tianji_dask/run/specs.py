@@ -8,7 +8,7 @@ from pathlib import Path
 from tianji_dask.config import Pipeline
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
-from tianji_dask.dataflow.learner.spec import FusionSpec, LearnerSpec
+from tianji_dask.dataflow.learner.spec import EvalSpec, FusionSpec, LearnerSpec
 from tianji_dask.run.checks import Prepared
 
 
@@ -73,7 +73,12 @@ def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str
         direct_min_bytes=None if mib is None else int(mib * 2**20),
         inline_weights_max_bytes=None if kib is None else int(kib * 2**10),
         max_explorer_failures=p.stop.max_explorer_failures, group=group, fusion=fusion, rebuilt=rebuilt,
+        eval=None if p.eval is None else EvalSpec(p.eval.every_s, p.eval.every_versions, p.eval.episodes,
+                                                  p.eval.deterministic, seed=p.seed + EVAL_SEED_OFFSET),
     )
+
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation envs' seeds, apart from every explorer stream's
 
 
 def reducer_key(run_id: str) -> str:

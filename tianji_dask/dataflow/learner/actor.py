@@ -18,6 +18,7 @@ from distributed import get_client, get_worker
 from tianji_dask import dask_internals
 from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.dataflow.learner.admission import AdmissionClient
+from tianji_dask.dataflow.learner.evaluation import EvalClient
 from tianji_dask.dataflow.learner.fusion import FusionClient
 from tianji_dask.dataflow.learner.lockstep import LockstepLoop
 from tianji_dask.dataflow.learner.relaxed import RelaxedLoop
@@ -61,6 +62,8 @@ class Learner:
         strategy = LockstepLoop if spec.mode == "lockstep" else RelaxedLoop
         self.loop = strategy(spec, core, self.stream, self.publisher, self.admission, self.fusion, self._stop,
                              self._set_status)
+        if spec.eval is not None:
+            self.loop.evaluation = EvalClient(client, spec.eval, run_id=spec.run_id, tag=spec.tag)
         self._cpu = CpuClock()
         self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
         self._thread.start()

@@ -36,6 +36,7 @@ class Loop:
         self._last_report = time.time()
         self._last_sent_status = 0.0
         self._last_status = 0.0
+        self.evaluation = None  # an ``EvalClient`` when the pipeline evaluates during training
 
     def run(self) -> None:
         self._publish(wait=True)
@@ -156,10 +157,22 @@ class Loop:
             if self._holding() and not n_want:
                 with self.timed("wait"):
                     time.sleep(0.001)  # the barrier: nothing to do until the fused model is in
+        if self.evaluation is not None:
+            with self.timed("eval"):
+                self._evaluate(now)
         if now - self._last_status >= STATUS_EVERY_S:
             with self.timed("status"):
                 self._on_status(self.status(now))
             self._last_status = now
+
+    def _evaluate(self, now: float) -> None:
+        """Take a finished evaluation; start the next when one is due (never waits for either)."""
+        done = self.evaluation.poll()
+        if done is not None:
+            self.core.record_eval(done["t_end"], done["version"], done["returns"])
+        if self.evaluation.due(now, self.core.version):
+            newest = self.publisher.newest()
+            self.evaluation.submit(newest.weights, newest.version, self.core.version, now)
 
     def _drain(self) -> None:
         """Report what was consumed; cancel what is still out (its credits come back when forgotten)."""
@@ -173,6 +186,8 @@ class Loop:
         self._pending.clear()
         for key, stream in self.stream.cancel_all():
             self.core.record_lost(key, stream, "cancelled at stop")
+        if self.evaluation is not None:
+            self.evaluation.cancel()
 
     # ---- reading --------------------------------------------------------------------------
     def _progress(self) -> Progress | None:
@@ -184,7 +199,8 @@ class Loop:
         return {
             "version": self.core.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
             "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
-            "mean_return": ledger.mean_return(), "elapsed_s": now - ledger.t_run_start,
+            "mean_return": ledger.mean_return(), "eval_mean_return": ledger.eval_mean(),
+            "elapsed_s": now - ledger.t_run_start,
             "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
             "replay_ratio": self.core.replay_ratio(),
         }

@@ -19,6 +19,17 @@ class FusionSpec:
 
 
 @dataclass(frozen=True)
+class EvalSpec:
+    """Evaluation during training (the pipeline's ``eval``); ``seed``: the evaluation envs' first seed."""
+
+    every_s: float | None
+    every_versions: int | None
+    episodes: int
+    deterministic: bool
+    seed: int
+
+
+@dataclass(frozen=True)
 class LearnerSpec:
     """``streams``: the explorer stream ids this learner feeds on. ``law``: the controller's
     settings for this learner's books (as ``Run.law()`` gives them). ``direct_min_bytes``:
@@ -42,6 +53,7 @@ class LearnerSpec:
     group: int = 0
     fusion: FusionSpec | None = None
     rebuilt: bool = False
+    eval: EvalSpec | None = None
 
     @property
     def tag(self) -> str:
