@@ -54,6 +54,7 @@ def test_bad_eval_arguments_are_one_line_and_exit_2(trained, capsys, args, start
 
 
 # ---- evaluation during training ---------------------------------------------------------------
+@pytest.mark.slow  # the fast tier sees evaluations in test_observe's live run
 def test_evaluations_run_beside_training_and_are_never_trained_on(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "run", overrides={
         "eval": {"every_s": 1, "episodes": 3}, "stop.on_solve": False, "stop.max_seconds": 6})
