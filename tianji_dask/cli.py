@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), default=0,
                     help="env seed of the first episode (the next ones count up)")
     ev.add_argument("--video", metavar="DIR", help="write one MP4 per episode here (needs the video extra)")
+    rp = sub.add_parser("replay", help="re-execute a relaxed or lockstep run exactly, in one process, and check its final weights")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
     show = sub.add_parser("show", help="print a pipeline as YAML, resolved and validated (every field, defaults filled in)")
     show.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     show.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
@@ -157,6 +159,23 @@ def cmd_eval(args) -> int:
     print("tianji-dask: returns " + ", ".join(f"{r:.1f}" for r in ev.returns))
     for video in ev.videos:
         print(f"tianji-dask: video {video}")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from tianji_dask.replay import ReplayMismatch, replay
+
+    try:
+        done = replay(args.run_dir)
+    except ReplayMismatch as err:
+        print(f"tianji-dask: replay diverged: {err}", file=sys.stderr)
+        return 1
+    print(f"tianji-dask: replayed {done.chunks:,} chunks and {done.updates:,} updates in one process: "
+          f"final weights sha256 {done.digest}")
+    if not done.same:
+        print(f"tianji-dask: replay diverged: the run recorded {done.expected}", file=sys.stderr)
+        return 1
+    print("tianji-dask: the same as the run recorded (results.json final_weights_sha256)")
     return 0
 
 
@@ -458,6 +477,8 @@ def _command(argv) -> int:
             return cmd_show(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "replay":
+            return cmd_replay(args)
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -28,6 +28,9 @@ class _Strict(BaseModel):
 
 class EnvConfig(_Strict):
     id: str = Field(description="gymnasium environment id, e.g. CartPole-v1")
+    register: str | None = Field(None, description="'module:callable' called with no arguments, in every process that makes "
+                                 "envs, before env.id is checked or made: a third-party env's id registration, e.g. "
+                                 "minatar.gym:register_envs for MinAtar/Breakout-v1 (pip install 'tianji-dask[minatar]')")
     num_envs: int = Field(8, ge=1, le=4096, description="envs stepped together inside one explorer")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
     explorer_kwargs: dict[int, dict[str, Any]] = Field(
@@ -37,6 +40,17 @@ class EnvConfig(_Strict):
                                 "(a simulator whose CPU is elsewhere; N envs stepped in sequence cost N times it); 0: none")
     step_cost_jitter: float = Field(0.0, ge=0, le=10, description="sigma of a lognormal multiplier of the step cost, with "
                                     "mean 1, drawn per chunk per explorer stream from the run's seed (stragglers)")
+
+    @model_validator(mode="after")
+    def _register(self):
+        from tianji_dask.envs import register, with_register
+
+        try:
+            register(self.register)  # here, in the driver; the other processes, before they make envs
+        except ValueError as err:
+            raise PipelineError(f"env.register: {err}") from None
+        self.__dict__["id"] = with_register(self.id, self.register)  # which the id carries to them (envs.EnvId)
+        return self
 
 
 class AlgoSection(_Strict):

@@ -67,8 +67,10 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarray, chunks: np.ndarray) -> Path:
-    """Write results.json, episodes.csv and chunks.csv into ``out_dir`` (each atomically)."""
+def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarray, chunks: np.ndarray,
+                  replay: np.ndarray | None = None) -> Path:
+    """Write results.json, episodes.csv and chunks.csv into ``out_dir`` (each atomically), and
+    eval.csv and replay.csv when the run has evaluations and a replay log."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -81,6 +83,10 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
 
     _atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
     _atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
+    if replay is not None:
+        from tianji_dask.core.replay_log import REPLAY_FIELDS
+
+        _atomic_write(out / "replay.csv", rows(REPLAY_FIELDS, replay))
     if results.get("eval"):
         rows_ = np.array([[row[k] for k in EVAL_FIELDS] for row in results["eval"]], dtype=np.float64)
         _atomic_write(out / "eval.csv", rows(EVAL_FIELDS, rows_))

@@ -33,6 +33,8 @@ class Rollout:
         self.env_id = env_id
         self.num_envs = num_envs
         self.step_cost = step_cost
+        self.seed = int(seed)
+        self.serial = 0  # chunks run so far: with the seed, which chunk of which env instance this is
         self.env = make_vec_env(env_id, num_envs, seed=seed, **(env_kwargs or {}))
         self.obs, _ = self.env.reset(seed=seed)
         self.env.action_space.seed(seed)
@@ -96,6 +98,8 @@ class Rollout:
             valid=valid, extras=extra_bufs, explorer_id=explorer_id, policy_version=policy_version,
             t_start=t_start, t_end=time.time(), episodes=episodes,
         )
+        chunk["env_seed"], chunk["stream_serial"] = self.seed, self.serial
+        self.serial += 1
         self.env_steps += chunk["env_steps"]
         return chunk
 

@@ -54,6 +54,13 @@ class Algorithm(ABC):
         (e.g. log-probabilities and values). ``explore`` holds exploration parameters from
         ``exploration()`` (e.g. epsilon)."""
 
+    def seed_acting(self, seed) -> None:
+        """Seed the explorer side's action sampling (``seed``: anything ``default_rng`` takes), so
+        that a chunk's actions depend on its seed and weights alone, not on what this object
+        acted on before (what makes an asynchronous run replayable)."""
+        if hasattr(self, "rng"):
+            self.rng = np.random.default_rng(seed)
+
     def env_action(self, actions: np.ndarray) -> np.ndarray:
         """What ``env.step`` receives for the ``actions`` that ``act`` returned (e.g. clipped or
         rescaled to a Box's bounds). Chunks keep ``actions`` themselves: what the policy sampled."""

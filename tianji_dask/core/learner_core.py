@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from tianji_dask import checkpoint
+from tianji_dask.core.replay_log import ReplayLog, weights_digest
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.spec import CoreSpec
@@ -36,9 +37,10 @@ class Final:
     results: dict
     episodes: np.ndarray
     chunks: np.ndarray
+    replay: np.ndarray | None = None  # the replay log's rows (replay_log.REPLAY_FIELDS)
 
     def as_dict(self) -> dict:
-        return {"results": self.results, "episodes": self.episodes, "chunks": self.chunks}
+        return {"results": self.results, "episodes": self.episodes, "chunks": self.chunks, "replay": self.replay}
 
 
 class LearnerCore:
@@ -59,6 +61,13 @@ class LearnerCore:
             self.version = self.checkpointer.last_version = int(self.restored["version"])
         elif spec.keep_t_run_start is not None:  # rebuilt from the start: the time lost still counts
             self.ledger.t_run_start = spec.keep_t_run_start
+        self.replay_log = None
+        if spec.replay_log:
+            self.replay_log = ReplayLog(self.algo.exploration(0, 0), spec.rows_dir)
+            if spec.resume_from or spec.keep_t_run_start is not None:
+                self.replay_log.not_replayable("the learner continued from a checkpoint (resumed or rebuilt)")
+            if spec.device != "cpu":
+                self.replay_log.not_replayable(f"the learner trained on {spec.device}, which is not bit-for-bit repeatable")
         self.error: str | None = None
         self._tensorboard = None
         if spec.tensorboard_dir:
@@ -74,11 +83,14 @@ class LearnerCore:
     def staleness(self, chunk: dict) -> int:
         return self.version - chunk["policy_version"]
 
-    def consume(self, chunk: dict, *, drop: str | None = None, submit_version: int | None = None) -> Consumed:
+    def consume(self, chunk: dict, *, drop: str | None = None, submit_version: int | None = None,
+                explore: dict | None = None) -> Consumed:
         """Put a chunk on the books; unless ``drop`` names why not, the algorithm ingests it (it
         may still refuse it: "algorithm", e.g. on-policy data past its lag limit). A dropped
         chunk's episodes count all the same: they ran."""
         kept = 0
+        if self.replay_log is not None:
+            self.replay_log.record(chunk, self.ledger.updates, drop is not None, explore)
         if drop is None:
             with self.ledger.timed("ingest"):
                 kept = self.algo.ingest(chunk, self.staleness(chunk))
@@ -114,6 +126,8 @@ class LearnerCore:
     def new_version(self) -> None:
         """The model changed other than by an update (a fused model installed)."""
         self.version += 1
+        if self.replay_log is not None:
+            self.replay_log.not_replayable("a fused model was installed (group mode)")
 
     def weights(self) -> dict:
         """The policy weights to publish; NumericFault if any is non-finite."""
@@ -176,10 +190,16 @@ class LearnerCore:
         results = ledger.results(self.version, arrays=(episodes, chunks), extra={
             "error": self.error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
-            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start), **(extra or {}),
+            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
+            "final_weights_sha256": weights_digest(self.algo.get_weights()),
+            "replay": None if self.replay_log is None else self.replay_log.meta(), **(extra or {}),
         })
         if self._tensorboard is not None:
             self._tensorboard.write(final_status(self.status(ledger.t_end)), force=True)
             self._tensorboard.close()
             self._tensorboard = None
-        return Final(results, episodes, chunks)
+        replay = None
+        if self.replay_log is not None:
+            replay = self.replay_log.rows.all()
+            self.replay_log.rows.discard()
+        return Final(results, episodes, chunks, replay)

@@ -261,6 +261,7 @@ class Run:
     def _write(self) -> dict:
         from tianji_dask.run import accounting
 
+        replay = None
         if len(self._final) > 1:
             fusion = {"every": self._prepared.reduce_every, "barrier": self._prepared.reduce_barrier,
                       "rounds": self._reducer.rounds().result(timeout=60)}
@@ -268,6 +269,7 @@ class Run:
         else:
             final = self._final[0]
             results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
+            replay = final.get("replay")
         p = self.pipeline
         results.update(
             run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.name, seed=p.seed,
@@ -285,7 +287,7 @@ class Run:
             results["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
             results["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)
         try:
-            self.results_path = write_results(self.out, results, episodes, chunks)
+            self.results_path = write_results(self.out, results, episodes, chunks, replay=replay)
         except OSError as err:
             self.results = results  # still the caller's, in memory
             self.close()

@@ -55,6 +55,7 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
             every_versions=ckpt.every_versions, keep=ckpt.keep, replay=ckpt.replay,
         ) if ckpt.enabled else None,
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
+        replay_log=p.mode != "single" and p.groups == 1,
         tensorboard_dir=str((out / "tensorboard").resolve()) if p.logging.tensorboard else None,
     )
 

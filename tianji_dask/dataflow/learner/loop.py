@@ -62,7 +62,8 @@ class Loop:
 
     def _ingest(self, arrival) -> None:
         chunk = arrival.chunk
-        done = self.core.consume(chunk, drop=self._drop_reason(chunk), submit_version=arrival.submit_version)
+        done = self.core.consume(chunk, drop=self._drop_reason(chunk), submit_version=arrival.submit_version,
+                                 explore=arrival.explore)
         self._consumed.append(Consumption(arrival.key, arrival.stream, chunk["env_steps"], chunk["nbytes"],
                                           done.staleness_versions, done.age_s, done.dropped is not None))
         self._held.append(arrival.future)

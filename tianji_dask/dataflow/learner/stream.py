@@ -32,6 +32,7 @@ class InFlight:
     stream: int
     submit_version: int
     home: str | None
+    explore: dict | None = None
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Arrival:
     lost: str | None = None
     failed: bool = False
     failures: int = 0
+    explore: dict | None = None  # the exploration settings its task acted with
 
 
 def describe_error(error) -> str:
@@ -116,7 +118,7 @@ class ExplorerStream:
             self._per_stream[stream] += 1
             self._serial += 1
             self._served[stream] = self._serial
-            self._in_flight[key] = InFlight(future, stream, version, home[0] if home else None)
+            self._in_flight[key] = InFlight(future, stream, version, home[0] if home else None, explore)
             self._ac.add(future)
 
     # ---- receiving --------------------------------------------------------------------------
@@ -133,7 +135,7 @@ class ExplorerStream:
         entry = self._in_flight.pop(future.key)
         stream = entry.stream
         self._per_stream[stream] -= 1
-        arrival = Arrival(future.key, stream, entry.submit_version, future)
+        arrival = Arrival(future.key, stream, entry.submit_version, future, explore=entry.explore)
         if future.status == "cancelled":
             arrival.lost = "cancelled: its explorer worker left"
         elif isinstance(result, dask_internals.FetchFailed):
