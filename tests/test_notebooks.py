@@ -10,7 +10,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 #: what each notebook must print: evidence that it did its job, not only that it ran
 EXPECT = {
-    "01-quickstart.ipynb": ["results in", "env steps:"],
+    "01-quickstart.ipynb": ["results in", "env steps:", "deterministic policy of version"],
     "02-staleness.ipynb": ["results in", "target 2: mean staleness", "target 6: mean staleness"],
     "03-scale-out.ipynb": ["existing cluster: solved", "results in"]
     + (["slurm: solved"] if shutil.which("sbatch") else []),
