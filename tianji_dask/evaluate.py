@@ -79,6 +79,8 @@ def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
     env_kwargs = dict(p.env.kwargs)
     if video_dir is not None:
         env_kwargs["render_mode"] = "rgb_array"
+        # pygame's envs draw off screen; without a display SDL would complain on stderr
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = make_vec_env(p.env.id, 1, seed=seed, **env_kwargs)
     algo = make_algorithm(p.algo.name, env.single_observation_space, env.single_action_space,
                           p.algo_config.model_dump(), p.seed)
