@@ -7,6 +7,7 @@ is allowed; the CLI prints it and exits 2 before anything starts or is written.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,10 @@ Mode = Literal["relaxed", "lockstep", "single"]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# the field env.register "shadows" ABCMeta.register (pydantic's metaclass), which no model uses
+warnings.filterwarnings("ignore", 'Field name "register" in "EnvConfig" shadows', UserWarning)
 
 
 class EnvConfig(_Strict):

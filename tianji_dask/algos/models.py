@@ -1,8 +1,10 @@
 """Networks for the algorithms: a Q-network (optionally dueling) and an actor-critic.
 
-Flat Box observations go through an MLP; image observations (C, H, W), such as Atari's stacked
-uint8 frames, through the Nature-DQN convolutional encoder first. Actions are Discrete here;
-continuous actions' networks are in ``gaussian.py`` (PPO, IMPALA) and ``sac.py``.
+Flat Box observations go through an MLP; image observations (3-d uint8 or bool Boxes) through a
+convolutional encoder first: the Nature-DQN one for frames such as Atari's stacked 84x84 uint8
+(C, H, W), the MinAtar paper's small one for grids too small for that (under 36x36), such as
+MinAtar's 10x10xC bool (H, W, C). Actions are Discrete here; continuous actions' networks are in ``gaussian.py``
+(PPO, IMPALA) and ``sac.py``.
 """
 
 from __future__ import annotations
@@ -15,56 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tianji_dask.algos.encoders import ImageObs, check_spaces, encode, encoder  # noqa: F401 - the networks' API
+
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
-
-
-def check_spaces(obs_space, action_space, algo: str) -> tuple[int | tuple[int, int, int], int]:
-    """(what the networks take as ``obs_dim``, number of actions): the flat observation size, or
-    the (C, H, W) shape of image observations. ValueError for spaces we don't handle."""
-    import gymnasium as gym
-
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ValueError(f"{algo}: only Discrete action spaces are supported, got {action_space}")
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
-    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
-        return tuple(int(d) for d in obs_space.shape), int(action_space.n)
-    return int(np.prod(obs_space.shape)), int(action_space.n)
-
-
-class NatureCNN(nn.Module):
-    """The convolutional encoder of Mnih et al. 2015 (Nature DQN): uint8 pixels in [0, 255] ->
-    512 features. Input may come flattened; it is reshaped to (B, C, H, W)."""
-
-    features = 512
-
-    def __init__(self, shape: tuple[int, int, int]):
-        super().__init__()
-        self.shape = tuple(shape)
-        c, h, w = self.shape
-        self.convs = nn.Sequential(
-            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
-        self.fc = nn.Linear(flat, self.features)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.reshape(-1, *self.shape).float() * (1.0 / 255.0)
-        return torch.relu(self.fc(self.convs(x)))
-
-
-def encoder(obs_dim: int | tuple[int, int, int]) -> tuple[nn.Module | None, int]:
-    """(image encoder or None, width of what the MLP trunk receives)."""
-    if isinstance(obs_dim, tuple):
-        return NatureCNN(obs_dim), NatureCNN.features
-    return None, obs_dim
-
-
-def encode(enc: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
-    """Features for the trunk: the encoder's, or the flattened float observation."""
-    return enc(obs) if enc is not None else obs.flatten(1).float()
 
 
 def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
@@ -159,7 +114,7 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator, greedy: boo
 class QNetwork(nn.Module):
     """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
 
-    def __init__(self, obs_dim: int | tuple[int, int, int], n_actions: int, hidden: Sequence[int] = (64, 64),
+    def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "relu", dueling: bool = False):
         super().__init__()
         self.encoder, in_dim = encoder(obs_dim)
@@ -214,7 +169,7 @@ class ActorCritic(nn.Module):
     """Categorical policy logits and state values, with separate trunks (CleanRL's default) or a
     shared one. Orthogonal init: hidden gain sqrt(2), policy head 0.01, value head 1."""
 
-    def __init__(self, obs_dim: int | tuple[int, int, int], n_actions: int, hidden: Sequence[int] = (64, 64),
+    def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False):
         super().__init__()
         self.actor_encoder, in_dim = encoder(obs_dim)

@@ -35,7 +35,7 @@ class SegmentActorCritic:
                 raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
             obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
             self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
-        if c.normalize_obs and isinstance(obs_dim, tuple):
+        if c.normalize_obs and not isinstance(obs_dim, int):
             raise ValueError(f"{name}: normalize_obs is for flat Box observations, not images")
         self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None
         self.reward_scale = None  # PPO's RewardScaler, when its config asks for one
