@@ -134,6 +134,7 @@ def test_pipelines_lists_every_bundled_pipeline():
         assert line.split() == [path.stem, data["env"]["id"], data["algo"]["name"], "-" if target is None else f"{target:g}"]
 
 
+@pytest.mark.slow  # it trains in a subprocess; the fast tier checks show's refusals
 def test_show_prints_a_pipeline_that_loads_back_equal_and_trains(tmp_path):
     from tianji_dask.config import load_pipeline, parse_pipeline
 

@@ -77,6 +77,7 @@ def test_bool_grids_get_the_minatar_network_for_dqn_and_ppo():
     assert any(isinstance(m, NatureCNN) for m in atari.q.modules())
 
 
+@pytest.mark.slow  # the fast tier checks the network choice and registration; CI trains
 @pytest.mark.parametrize("pipeline,overrides", [
     ("minatar_breakout_dqn", {"algo.config.learning_starts": 256}),
     ("minatar_breakout_ppo", {"chunk_steps": 32, "algo.config.update_epochs": 1}),
