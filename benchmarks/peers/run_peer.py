@@ -1,7 +1,7 @@
-"""One peer training run (RLlib or Stable-Baselines3), run by benchmarks/vs_peers.py in the peers'
+"""One peer training run (RLlib, Stable-Baselines3 or a CleanRL-style loop), run by benchmarks/vs_peers.py in the peers'
 own virtual environment (benchmarks/peers/setup); never imported by the project.
 
-    python benchmarks/peers/run_peer.py --system rllib|sb3 --task cartpole_ppo --seed 0
+    python benchmarks/peers/run_peer.py --system rllib|sb3|cleanrl --task cartpole_ppo --seed 0
                                         --max-seconds 300 --out run.json
 
 Every training episode's return and end time is recorded (RLlib: an ``on_episode_end`` callback
@@ -85,6 +85,17 @@ SB3_ZOO = {
         policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu", net_arch=dict(pi=[256, 256], vf=[256, 256])))),
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
+
+
+def run_cleanrl(task: str, seed: int, max_seconds: float, record: dict) -> None:
+    """A CleanRL-style single-file PPO (``cleanrl_ppo.py``), discrete-action PPO tasks only."""
+    env_id, algo, target = TASKS[task]
+    if algo != "ppo" or env_id not in ("CartPole-v1", "LunarLander-v3"):
+        raise ValueError(f"cleanrl: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import cleanrl_ppo
+
+    cleanrl_ppo.run(env_id, seed, max_seconds, record, lambda eps: time_to_solve(eps[-WINDOW:], target) is not None)
 
 
 def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
@@ -268,7 +279,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", required=True, choices=["rllib", "sb3"])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3", "cleanrl"])
     p.add_argument("--task", required=True, choices=sorted(TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=300)
@@ -288,7 +299,7 @@ def main(argv=None) -> int:
               "target_return": target, "max_seconds": args.max_seconds, "t_process": T_PROCESS, "threads": args.threads,
               "episodes": [], "stop_reason": None, "env_steps": None, "error": None}
     try:
-        (run_rllib if args.system == "rllib" else run_sb3)(args.task, args.seed, args.max_seconds, record)
+        {"rllib": run_rllib, "sb3": run_sb3, "cleanrl": run_cleanrl}[args.system](args.task, args.seed, args.max_seconds, record)
         import importlib.metadata as md
 
         record["versions"] = {d: md.version(d) for d in ("ray", "stable-baselines3", "torch", "gymnasium")}
