@@ -154,3 +154,17 @@ def test_overhead_variants_parse_and_bad_ones_exit_2(capsys):
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("--variant") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_the_cleanrl_style_peer_trains_and_records_its_episodes(tmp_path):
+    # it needs only torch and gymnasium, so it runs in the project's own environment here
+    out = tmp_path / "cleanrl.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "peers" / "run_peer.py"), "--system", "cleanrl",
+           "--task", "cartpole_ppo", "--seed", "0", "--max-seconds", "3", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["error"] is None and record["stop_reason"] == "max_seconds"
+    assert record["num_episodes"] > 20 and record["env_steps"] > 1000
+    assert [t for t, _ in record["episodes"]] == sorted(t for t, _ in record["episodes"])

@@ -302,7 +302,13 @@ def main(argv=None) -> int:
         {"rllib": run_rllib, "sb3": run_sb3, "cleanrl": run_cleanrl}[args.system](args.task, args.seed, args.max_seconds, record)
         import importlib.metadata as md
 
-        record["versions"] = {d: md.version(d) for d in ("ray", "stable-baselines3", "torch", "gymnasium")}
+        def version(dist):
+            try:
+                return md.version(dist)
+            except md.PackageNotFoundError:
+                return None
+
+        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "torch", "gymnasium")}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()
