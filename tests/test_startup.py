@@ -16,7 +16,7 @@ STEPS = ["import_s", "checked_s", "cluster_s", "learner_built_s", "first_chunk_s
 
 
 def test_the_cli_imports_neither_torch_nor_distributed_before_it_starts_the_workers():
-    # the forkserver imports them on another core while the CLI process does (cli._start_workers_early)
+    # the forkserver imports them on another core while the CLI process does (cli_train._start_workers_early)
     code = "import sys, tianji_dask.cli; print(sorted(m for m in ('torch', 'distributed', 'gymnasium') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert proc.stdout.strip() == "[]"

@@ -1,0 +1,228 @@
+"""The training commands, ``tianji-dask train`` and ``resume``: starting the run, its live
+progress, Ctrl-C and SIGTERM, and the lines printed when it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+import warnings
+
+from tianji_dask.cli import EXIT_TERMINATED, _keep_traceback, _overrides
+from tianji_dask.errors import PipelineError
+
+
+def _fmt(value, spec=".1f", none="-"):
+    return none if value is None else format(value, spec)
+
+
+class _Progress:
+    """Live progress on a terminal; a plain line every few seconds elsewhere (logs, CI)."""
+
+    def __init__(self, run, quiet: bool):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.run = run
+        self.quiet = quiet
+        self.live = None
+        self.last_line = 0.0
+
+    def line(self, s: dict) -> str:
+        return (
+            f"[{self.run.pipeline.mode}] {_fmt(s.get('elapsed_s'))} s  version {s.get('version', 0)}  "
+            f"env steps {s.get('env_steps', 0):,}  ({_fmt(s.get('env_steps_per_s'), ',.0f')}/s)  "
+            f"mean return {_fmt(s.get('mean_return'))}  staleness {_fmt(s.get('staleness_recent_mean'), '.2f')}  "
+            f"in flight {s.get('chunks_in_flight', '-')}/{s.get('window') or '-'}"
+            + (f"  replay ratio {s['replay_ratio']:.1f}" if s.get("replay_ratio") is not None else "")
+            + (f"  groups {len(s['groups'])}, fusions {s.get('fusions', 0)}" if s.get("groups") else "")
+        )
+
+    def __enter__(self):
+        # isatty too: FORCE_COLOR would make rich draw (and pad) its live display into a log file
+        if not self.quiet and self.console.is_terminal and sys.stderr.isatty():
+            from rich.live import Live
+
+            self.live = Live("starting…", console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __call__(self, status: dict) -> None:
+        from rich.text import Text
+
+        if self.quiet or "version" not in status:
+            return
+        if self.live is not None:
+            self.live.update(Text(self.line(status)))  # plain text: "[relaxed]" is not markup
+        elif time.time() - self.last_line > 5:
+            print(self.line(status), file=sys.stderr, flush=True)  # whole lines: no wrapping, no padding
+            self.last_line = time.time()
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+
+def _start_workers_early(overrides: dict) -> float:
+    """Start the process an embedded cluster's workers fork from now, so that it imports torch
+    and gymnasium while this one imports them and checks the pipeline (see forkserver.py); a
+    pipeline file that names single mode or another cluster leaves it idle. Returns when the CLI
+    was ready: its own imports done, its arguments parsed."""
+    t_ready = time.time()
+    if overrides.get("mode") != "single" and overrides.get("cluster.kind", "local") == "local":
+        from tianji_dask import forkserver
+
+        forkserver.start()
+    return t_ready
+
+
+def cmd_train(args) -> int:
+    t_ready = _start_workers_early(_overrides(args))
+    from tianji_dask.run import Run
+
+    run = Run(args.pipeline, out=args.out, overrides=_overrides(args))
+    run._startup["import"] = t_ready
+    p = run.pipeline
+    explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
+    groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
+    print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.name}, {p.mode}, {groups})", flush=True)
+    if p.simulated():
+        print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
+              f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
+    return _train(run, args.quiet, args.verbose)
+
+
+def cmd_resume(args) -> int:
+    overrides = _overrides(args)
+    fixed = [k for k in overrides if k in ("env", "env.id", "algo", "algo.name", "groups")]
+    if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
+        raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
+                            "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
+    t_ready = _start_workers_early(overrides)
+    from tianji_dask.run import Run
+
+    run = Run.resume(args.run_dir, overrides=overrides)
+    run._startup["import"] = t_ready
+    print(f"tianji-dask: resuming {run.pipeline.name} from {run._resume_from}", flush=True)
+    return _train(run, args.quiet, args.verbose)
+
+
+class SigTerm:
+    """SIGTERM (a batch system's time limit or cancel, ``kill``) is Ctrl-C: the first one stops
+    the run cleanly, one while the run starts or stops gives up; the exit code says it came."""
+
+    received = False
+    #: while the run trains, the stop waits for the next status poll (``on_status``): raised inside
+    #: a client call, KeyboardInterrupt makes distributed's ``sync`` log a traceback
+    deferred = False
+
+    def __call__(self, signum, frame):
+        SigTerm.received = True
+        if not SigTerm.deferred:
+            raise KeyboardInterrupt
+
+    @classmethod
+    def checked(cls, on_status):
+        """``on_status``, raising KeyboardInterrupt first once a SIGTERM has come."""
+        def call(status):
+            if cls.received:
+                cls.deferred = False
+                raise KeyboardInterrupt
+            on_status(status)
+
+        cls.deferred = True
+        return call
+
+    @classmethod
+    @contextlib.contextmanager
+    def handled(cls):
+        cls.received = cls.deferred = False
+        if threading.current_thread() is not threading.main_thread():  # only there may handlers be set
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, cls())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dashboard_port_moved(run) -> tuple[int, int] | None:
+    """(wanted, taken) when the cluster this run started could not have the dashboard port it asked for."""
+    from urllib.parse import urlsplit
+
+    wanted = run.pipeline.cluster.dashboard_address
+    if run.cluster is None or not run.dashboard_link or not wanted or not wanted.rpartition(":")[2].isdigit():
+        return None
+    wanted, taken = int(wanted.rpartition(":")[2]), urlsplit(run.dashboard_link).port
+    return (wanted, taken) if wanted and taken and taken != wanted else None
+
+
+def _train(run, quiet: bool, verbose: bool = False) -> int:
+    _keep_traceback.run_out = str(run.out)
+    try:
+        with warnings.catch_warnings():
+            # distributed warns, with a source line, when the dashboard port is taken; one line below says it
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
+            run.start()
+    except KeyboardInterrupt:  # before the run began: nothing to keep but the cluster to close
+        run.close()
+        raise
+    except Exception:
+        if not SigTerm.received:
+            raise
+        run.close()  # a batch system's SIGTERM reaches the starting workers too: the start failed because of it
+        raise KeyboardInterrupt from None
+    moved = _dashboard_port_moved(run)
+    if moved:
+        print(f"tianji-dask: dashboard port {moved[0]} is taken; using {moved[1]}", flush=True)
+    if run.dashboard_link:
+        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
+    with _Progress(run, quiet) as progress:
+        try:
+            results = run.wait(on_status=SigTerm.checked(progress))
+        except KeyboardInterrupt:
+            if SigTerm.received:
+                print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)
+            run.stop()
+            results = run.wait()
+    if results.get("error"):
+        print(f"tianji-dask: the run failed:\n{results['error']}", file=sys.stderr)
+    if results["solved"]:
+        stop = run.pipeline.stop
+        rule = (f"evaluation mean over {run.pipeline.eval.episodes} episodes" if stop.on == "eval"
+                else f"{stop.window}-episode mean")
+        print(
+            f"tianji-dask: solved {run.pipeline.env.id} ({rule} >= {results['target_return']:g}) in "
+            f"{results['time_to_solve_s']:.2f} s from run start ({results['time_to_solve_from_process_start_s']:.2f} s "
+            f"from process start), {results['env_steps']:,} env steps"
+        )
+    else:
+        print(
+            f"tianji-dask: not solved (stopped: {results['stop_reason']}) after {results['wall_s']:.1f} s, "
+            f"{results['env_steps']:,} env steps, final mean return {_fmt(results['final_mean_return'])}"
+        )
+    print(f"tianji-dask: results {run.results_path}")
+    if verbose:
+        _print_timings(run)
+    if SigTerm.received:
+        print(f"tianji-dask: stopped by SIGTERM; `tianji-dask resume {run.out}` continues it", flush=True)
+        return EXIT_TERMINATED
+    return 1 if results.get("error") else 0
+
+
+STARTUP_STEPS = {"import_s": "imports done", "checked_s": "pipeline checked", "cluster_s": "cluster up",
+                 "learner_built_s": "learner built", "first_chunk_s": "first chunk consumed"}
+
+
+def _print_timings(run) -> None:
+    """--verbose: when each step of the start was reached, and how long the shutdown took."""
+    startup = (run.results or {}).get("startup") or {}
+    for key, step in STARTUP_STEPS.items():
+        print(f"tianji-dask: startup: {step:<21} {_fmt(startup.get(key), '6.2f', '     -')} s after process start")
+    if run.shutdown:
+        print(f"tianji-dask: shutdown: results written {run.shutdown['results_written_s']:.2f} s, cluster closed "
+              f"{run.shutdown['closed_s']:.2f} s after the learner stopped")
