@@ -56,7 +56,7 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
-PEERS = ("rllib", "sb3", "cleanrl")
+PEERS = ("rllib", "sb3", "cleanrl", "tianshou")
 SYSTEMS = (*OURS, *PEERS)
 REFERENCE = "tianji"
 #: the columns of every run in the JSON (and what the CI smoke test checks)

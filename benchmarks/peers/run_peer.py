@@ -1,7 +1,8 @@
-"""One peer training run (RLlib, Stable-Baselines3 or a CleanRL-style loop), run by benchmarks/vs_peers.py in the peers'
-own virtual environment (benchmarks/peers/setup); never imported by the project.
+"""One peer training run (RLlib, Stable-Baselines3, a CleanRL-style loop or Tianshou), run by
+benchmarks/vs_peers.py in the peers' own virtual environment (benchmarks/peers/setup); never
+imported by the project.
 
-    python benchmarks/peers/run_peer.py --system rllib|sb3|cleanrl --task cartpole_ppo --seed 0
+    python benchmarks/peers/run_peer.py --system rllib|sb3|cleanrl|tianshou --task cartpole_ppo --seed 0
                                         --max-seconds 300 --out run.json
 
 Every training episode's return and end time is recorded (RLlib: an ``on_episode_end`` callback
@@ -96,6 +97,17 @@ def run_cleanrl(task: str, seed: int, max_seconds: float, record: dict) -> None:
     import cleanrl_ppo
 
     cleanrl_ppo.run(env_id, seed, max_seconds, record, lambda eps: time_to_solve(eps[-WINDOW:], target) is not None)
+
+
+def run_tianshou(task: str, seed: int, max_seconds: float, record: dict) -> None:
+    """Tianshou 2 PPO with its CartPole test's settings (``tianshou_ppo.py``), discrete-action PPO tasks only."""
+    env_id, algo, target = TASKS[task]
+    if algo != "ppo" or env_id not in ("CartPole-v1", "LunarLander-v3"):
+        raise ValueError(f"tianshou: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tianshou_ppo
+
+    tianshou_ppo.run(env_id, seed, max_seconds, record, lambda eps: time_to_solve(eps[-WINDOW:], target) is not None)
 
 
 def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
@@ -279,7 +291,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", required=True, choices=["rllib", "sb3", "cleanrl"])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3", "cleanrl", "tianshou"])
     p.add_argument("--task", required=True, choices=sorted(TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=300)
@@ -299,7 +311,8 @@ def main(argv=None) -> int:
               "target_return": target, "max_seconds": args.max_seconds, "t_process": T_PROCESS, "threads": args.threads,
               "episodes": [], "stop_reason": None, "env_steps": None, "error": None}
     try:
-        {"rllib": run_rllib, "sb3": run_sb3, "cleanrl": run_cleanrl}[args.system](args.task, args.seed, args.max_seconds, record)
+        {"rllib": run_rllib, "sb3": run_sb3, "cleanrl": run_cleanrl,
+         "tianshou": run_tianshou}[args.system](args.task, args.seed, args.max_seconds, record)
         import importlib.metadata as md
 
         def version(dist):
@@ -308,7 +321,7 @@ def main(argv=None) -> int:
             except md.PackageNotFoundError:
                 return None
 
-        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "torch", "gymnasium")}
+        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "tianshou", "torch", "gymnasium")}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()
