@@ -32,6 +32,7 @@ def _read_all(fd: int, timeout: float) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow  # a whole run in a pseudo-terminal: the full suite (CI) runs it
 def test_live_progress_redraws_one_line_in_a_terminal(tmp_path):
     # a run that goes on past the solve, so the display has a few seconds to update
     data = yaml.safe_load(resolve_pipeline_path("cartpole_ppo").read_text())
