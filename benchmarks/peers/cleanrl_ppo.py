@@ -19,9 +19,9 @@ CONFIG = {"num_envs": 4, "num_steps": 128, "learning_rate": 2.5e-4, "anneal_lr":
           "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}
 
 
-def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> None:
-    """Train until ``solved(episodes)`` or ``max_seconds`` after the agent is built; episodes go
-    to ``record["episodes"]`` as (end time, return)."""
+def run(env_id: str, seed: int, record: dict, stop) -> None:
+    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    ``record["episodes"]`` as (end time, return)."""
     import gymnasium as gym
     import torch
     from torch import nn
@@ -50,8 +50,7 @@ def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> Non
     actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_act, 0.01))
     params = list(critic.parameters()) + list(actor.parameters())
     opt = torch.optim.Adam(params, lr=c["learning_rate"], eps=1e-5)
-    t_built = time.time()
-    record.update(t_built=t_built, config=dict(c))
+    record.update(t_built=time.time(), config=dict(c))
     episodes = record["episodes"]
 
     n, T = c["num_envs"], c["num_steps"]
@@ -87,11 +86,8 @@ def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> Non
                 now = time.time()
                 for i in np.flatnonzero(final["_episode"]):
                     episodes.append((now, float(final["episode"]["r"][i])))
-        if solved(episodes):
-            record["stop_reason"] = "solved"
-            break
-        if time.time() - t_built >= max_seconds:
-            record["stop_reason"] = "max_seconds"
+        record["stop_reason"] = stop(episodes)
+        if record["stop_reason"] is not None:
             break
         with torch.no_grad():
             next_value = critic(next_obs).flatten()

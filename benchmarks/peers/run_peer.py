@@ -88,26 +88,35 @@ SB3_ZOO = {
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
 
-def run_cleanrl(task: str, seed: int, max_seconds: float, record: dict) -> None:
-    """A CleanRL-style single-file PPO (``cleanrl_ppo.py``), discrete-action PPO tasks only."""
+def stop_rule(record: dict, target: float, max_seconds: float):
+    """For a peer that checks after every step or collect: ``why(episodes)`` is "solved" once the
+    last ``WINDOW`` episodes reach ``target``, "max_seconds" once that long has passed since
+    ``record["t_built"]``, else None."""
+    def why(episodes) -> str | None:
+        if time_to_solve(episodes[-WINDOW:], target) is not None:
+            return "solved"
+        if time.time() - record["t_built"] >= max_seconds:
+            return "max_seconds"
+        return None
+
+    return why
+
+
+#: peers written as one file each in this folder: CleanRL-style PPO (``cleanrl_ppo.py``) and
+#: Tianshou 2's PPO with its CartPole test's settings (``tianshou_ppo.py``)
+SINGLE_FILE_PEERS = {"cleanrl": "cleanrl_ppo", "tianshou": "tianshou_ppo"}
+
+
+def run_single_file(system: str, task: str, seed: int, max_seconds: float, record: dict) -> None:
+    """One of ``SINGLE_FILE_PEERS``: discrete-action PPO tasks only."""
+    import importlib
+
     env_id, algo, target = TASKS[task]
     if algo != "ppo" or env_id not in ("CartPole-v1", "LunarLander-v3"):
-        raise ValueError(f"cleanrl: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
+        raise ValueError(f"{system}: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import cleanrl_ppo
-
-    cleanrl_ppo.run(env_id, seed, max_seconds, record, lambda eps: time_to_solve(eps[-WINDOW:], target) is not None)
-
-
-def run_tianshou(task: str, seed: int, max_seconds: float, record: dict) -> None:
-    """Tianshou 2 PPO with its CartPole test's settings (``tianshou_ppo.py``), discrete-action PPO tasks only."""
-    env_id, algo, target = TASKS[task]
-    if algo != "ppo" or env_id not in ("CartPole-v1", "LunarLander-v3"):
-        raise ValueError(f"tianshou: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import tianshou_ppo
-
-    tianshou_ppo.run(env_id, seed, max_seconds, record, lambda eps: time_to_solve(eps[-WINDOW:], target) is not None)
+    module = importlib.import_module(SINGLE_FILE_PEERS[system])
+    module.run(env_id, seed, record, stop_rule(record, target, max_seconds))
 
 
 def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
@@ -140,10 +149,10 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
     cls = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    t_built = time.time()
-    record.update(t_built=t_built, config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
+    record.update(t_built=time.time(), config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
                                           **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
     episodes: list[tuple[float, float]] = record["episodes"]
+    why = stop_rule(record, target, max_seconds)
 
     class Watch(BaseCallback):
         def _on_step(self) -> bool:
@@ -151,14 +160,8 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
                 ep = info.get("episode")
                 if ep is not None:
                     episodes.append((time.time(), float(ep["r"])))
-            now = time.time()
-            if time_to_solve(episodes[-WINDOW:], target) is not None:
-                record["stop_reason"] = "solved"
-                return False
-            if now - t_built >= max_seconds:
-                record["stop_reason"] = "max_seconds"
-                return False
-            return True
+            record["stop_reason"] = why(episodes)
+            return record["stop_reason"] is None
 
     model.learn(total_timesteps=horizon, callback=Watch())
     record["env_steps"] = int(model.num_timesteps)
@@ -291,7 +294,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", required=True, choices=["rllib", "sb3", "cleanrl", "tianshou"])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3", *SINGLE_FILE_PEERS])
     p.add_argument("--task", required=True, choices=sorted(TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=300)
@@ -311,8 +314,10 @@ def main(argv=None) -> int:
               "target_return": target, "max_seconds": args.max_seconds, "t_process": T_PROCESS, "threads": args.threads,
               "episodes": [], "stop_reason": None, "env_steps": None, "error": None}
     try:
-        {"rllib": run_rllib, "sb3": run_sb3, "cleanrl": run_cleanrl,
-         "tianshou": run_tianshou}[args.system](args.task, args.seed, args.max_seconds, record)
+        if args.system in SINGLE_FILE_PEERS:
+            run_single_file(args.system, args.task, args.seed, args.max_seconds, record)
+        else:
+            {"rllib": run_rllib, "sb3": run_sb3}[args.system](args.task, args.seed, args.max_seconds, record)
         import importlib.metadata as md
 
         def version(dist):

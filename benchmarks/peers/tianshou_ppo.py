@@ -24,9 +24,9 @@ CONFIG = {"training_num": 20, "buffer_size": 20000, "lr": 3e-4, "gamma": 0.99, "
           "shared_body": True, "orthogonal_init": True}
 
 
-def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> None:
-    """Train until ``solved(episodes)`` or ``max_seconds`` after the agent is built; episodes go
-    to ``record["episodes"]`` as (end time, return)."""
+def run(env_id: str, seed: int, record: dict, stop) -> None:
+    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    ``record["episodes"]`` as (end time, return)."""
     import gymnasium as gym
     import torch
 
@@ -78,8 +78,7 @@ def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> Non
 
     collector = Collector(algorithm, train_envs, VectorReplayBuffer(c["buffer_size"], n), on_step_hook=on_step)
     collector.reset()
-    t_built = time.time()
-    record.update(t_built=t_built, config=dict(c))
+    record.update(t_built=time.time(), config=dict(c))
 
     from tianshou.utils.torch_utils import policy_within_training_step
 
@@ -88,11 +87,8 @@ def run(env_id: str, seed: int, max_seconds: float, record: dict, solved) -> Non
         with policy_within_training_step(algorithm.policy):
             stats = collector.collect(n_step=c["step_per_collect"])
             env_steps += int(stats.n_collected_steps)
-            if solved(episodes):
-                record["stop_reason"] = "solved"
-                break
-            if time.time() - t_built >= max_seconds:
-                record["stop_reason"] = "max_seconds"
+            record["stop_reason"] = stop(episodes)
+            if record["stop_reason"] is not None:
                 break
             algorithm.update(buffer=collector.buffer, batch_size=c["batch_size"], repeat=c["repeat_per_collect"])
             collector.reset_buffer(keep_statistics=True)
