@@ -78,12 +78,13 @@ class Books:
                                 params_version=self.params_version)
 
     def cycle(self, consumed: dict | None = None, want: list | None = None, learner_version: int | None = None,
-              progress: dict | None = None, learner_status: dict | None = None) -> dict:
+              progress: dict | None = None, learner_status: dict | None = None, workers_epoch: int = 0) -> dict:
         """Report consumed chunks and ask credits for new explorer task keys, in one round trip.
 
         ``consumed``: ``messages.Consumption`` records as columns. ``progress``: a
         ``messages.Progress``, for replaying learners. ``learner_status``: the learner's own
-        figures (mean return, updates, busy time, ...), for the dashboard and metrics. Returns a
+        figures (mean return, updates, busy time, ...), for the dashboard and metrics.
+        ``workers_epoch``: the controller's count of workers joined or left, passed on. Returns a
         ``messages.CycleReply``: the keys granted, in the order asked, and the current settings.
         """
         now = time.time()
@@ -127,7 +128,7 @@ class Books:
                 self.credited.add(key)
                 granted.append(key)
         self.granted_total += len(granted)
-        return CycleReply(granted, self.params(), self._next_admission_at()).to_wire()
+        return CycleReply(granted, self.params(), self._next_admission_at(), workers_epoch).to_wire()
 
     def _next_admission_at(self) -> float | None:
         """The samples trained at which the replay-ratio floor would admit one more chunk, the

@@ -132,7 +132,7 @@ class StalenessController(SchedulerPlugin):
             raise ValueError(f"group: run {self.run_id} has no group {group}") from None
 
     def cycle(self, group: int = 0, **report) -> dict:
-        return {**self._books(group).cycle(**report), "workers_epoch": self.workers_epoch}
+        return self._books(group).cycle(workers_epoch=self.workers_epoch, **report)
 
     def configure(self, group: int | None = None, **settings) -> dict:
         """Change the law of one group, or of every group (``group=None``); see Books.configure."""
