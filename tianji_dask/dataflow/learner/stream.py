@@ -20,7 +20,6 @@ from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 
-HOMES_EVERY_S = 2.0  # how often placement looks for explorer workers that joined or left
 # a direct chunk's task returns only once the sink holds its bytes, so they are here when its
 # result is; this bounds a wait that should not happen (the chunk is then reported lost)
 DIRECT_TAKE_S = 5.0
@@ -76,7 +75,7 @@ class ExplorerStream:
         self._served: dict[int, int] = {}  # stream -> serial number of its last submission
         self._serial = 0
         self._homes: list[str] = []
-        self._homes_at = 0.0
+        self._homes_at = 0.0  # when the explorer workers were last looked up
         self._workers_epoch: int | None = None  # the controller's count of workers joined or left, when last looked
         # large chunks come straight from the explorers (direct.py) when the comms are plain TCP
         self.sink, self._direct = None, None
@@ -175,27 +174,27 @@ class ExplorerStream:
     def _home(self, stream: int) -> list[str] | None:
         """The explorer worker a stream runs on: a slow stream does not queue a fast one behind
         it. The restriction is strict (dask cannot combine loose worker restrictions with
-        resources, distributed#4792), hence the cancellation of orphans in ``refresh_homes``."""
-        now = time.time()
-        if now - self._homes_at > HOMES_EVERY_S:  # workers come and go (adaptive clusters)
-            self.refresh_homes(now)
+        resources, distributed#4792), hence the cancellation of orphans in ``refresh_homes``.
+        Workers come and go (adaptive clusters, restarts): ``workers_moved`` looks again."""
+        if not self._homes:
+            self.refresh_homes()
         return [self._homes[stream % len(self._homes)]] if self._homes else None
 
     def workers_moved(self, epoch: int) -> None:
-        """The controller's count of workers joined or left: when it moved, a worker that left
-        no longer gets chunks (and those waiting for it are cancelled) from this submission on,
-        not after up to ``HOMES_EVERY_S``."""
+        """The controller's count of workers joined or left: when it moved, look at the explorer
+        workers again, so that from this submission on a worker that left gets no chunk (and
+        those waiting for it are cancelled) and one that joined gets its share."""
         if epoch != self._workers_epoch:
             self._workers_epoch = epoch
             self.refresh_homes()
 
-    def refresh_homes(self, now: float | None = None) -> None:
+    def refresh_homes(self) -> None:
         """Look up the explorer workers; cancel the chunks waiting for one that has left (a
         restarted worker comes back at a new address)."""
         workers = self._client.sync(self._client.scheduler.identity, n_workers=-1).get("workers", {})
         homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER"))
         gone = set(self._homes) - set(homes)
-        self._homes, self._homes_at = homes, time.time() if now is None else now
+        self._homes, self._homes_at = homes, time.time()
         orphans = [entry.future for entry in self._in_flight.values() if entry.home in gone]
         if orphans:
             self._client.cancel(orphans)  # they come out of as_completed as cancelled
