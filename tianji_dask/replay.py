@@ -19,7 +19,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from tianji_dask.errors import PipelineError
 
@@ -65,8 +64,6 @@ def _read(run_dir: Path) -> tuple[dict, list[dict]]:
 def replay(run_dir: str | os.PathLike) -> Replayed:
     """Re-execute the run in ``run_dir``; ``Replayed.same`` says whether it reached the recorded
     final weights. PipelineError (one line) for a run that cannot be replayed."""
-    import torch
-
     from tianji_dask.config import load_pipeline
     from tianji_dask.core.replay_log import weights_digest
     from tianji_dask.rollout import Rollout
@@ -91,10 +88,13 @@ def replay(run_dir: str | os.PathLike) -> Replayed:
             out[k] = bool(value) if kinds.get(k) is bool else value
         return out
 
-    # which weights each version's chunks need, and until when
+    # which weights each version's chunks need, and after which row they are needed no more
     last_use: dict[int, int] = {}
     for i, row in enumerate(rows):
         last_use[int(row["policy_version"])] = i
+    expires = defaultdict(list)
+    for version, i in last_use.items():
+        expires[i].append(version)
     weights: dict[int, dict] = {}
 
     def keep_weights(version: int) -> None:
@@ -143,11 +143,10 @@ def replay(run_dir: str | os.PathLike) -> Replayed:
         chunk = produce(int(row["stream"]), int(row["env_seed"]), int(row["stream_serial"]))
         if not row["skipped"]:
             learner.ingest(chunk, updates - int(row["policy_version"]))
-        for version in [v for v, last in last_use.items() if last == i]:
+        for version in expires.pop(i, ()):
             weights.pop(version, None)
     while updates < int(results["updates"]):
         learn()
     for rollout in rollouts.values():
         rollout.close()
-    del torch
     return Replayed(weights_digest(learner.get_weights()), results["final_weights_sha256"], len(rows), updates)
