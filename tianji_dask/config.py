@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml

@@ -198,8 +198,4 @@ class LearnerCore:
             self._tensorboard.write(final_status(self.status(ledger.t_end)), force=True)
             self._tensorboard.close()
             self._tensorboard = None
-        replay = None
-        if self.replay_log is not None:
-            replay = self.replay_log.rows.all()
-            self.replay_log.rows.discard()
-        return Final(results, episodes, chunks, replay)
+        return Final(results, episodes, chunks, None if self.replay_log is None else self.replay_log.take())

@@ -99,6 +99,9 @@ class Ledger:
             self.solved_online_at = t
         return row
 
+    def _evals_since_start(self) -> list[dict]:
+        return [{**row, "t": row["t"] - self.t_run_start} for row in self.evals]
+
     def eval_mean(self) -> float | None:
         return self.evals[-1]["mean"] if self.evals else None
 
@@ -151,7 +154,7 @@ class Ledger:
             "updates": self.updates, "samples_trained": self.samples_trained, "learn_s": self.learn_s,
             "explore_s": self.explore_s, "bytes": self.bytes, "recent_returns": list(self._recent_returns),
             "solved_s": None if self.solved_online_at is None else self.solved_online_at - self.t_run_start,
-            "evals": [{**row, "t": row["t"] - self.t_run_start} for row in self.evals],
+            "evals": self._evals_since_start(),
         }
 
     def load_state_dict(self, state: dict, now: float | None = None) -> None:
@@ -261,7 +264,7 @@ class Ledger:
             "age_s": age_summary(ages),
             "last_update_metrics": self.last_metrics,
             "startup": self.startup(),
-            "eval": [{**row, "t": row["t"] - self.t_run_start} for row in self.evals],
+            "eval": self._evals_since_start(),
         }
         res.update(extra or {})
         return res

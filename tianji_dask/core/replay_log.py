@@ -46,13 +46,16 @@ class ReplayLog:
         self.rows = Rows(len(REPLAY_FIELDS), spill=spill)
 
     def record(self, chunk: dict, updates_before: int, skipped: bool, explore: dict | None) -> None:
-        if "stream_serial" not in chunk:
-            self.why_not = self.why_not or "a chunk without its stream serial (made by an older explorer)"
-            return
         values = [float((explore or {}).get(k, np.nan)) for k in self.explore_keys[:MAX_EXPLORE_KEYS]]
         values += [np.nan] * (MAX_EXPLORE_KEYS - len(values))
         self.rows.append((chunk["explorer_id"], chunk["stream_serial"], chunk["env_seed"], chunk["policy_version"],
                           updates_before, float(skipped), *values))
+
+    def take(self) -> np.ndarray:
+        """Every row, for the results; the spill file goes."""
+        rows = self.rows.all()
+        self.rows.discard()
+        return rows
 
     def not_replayable(self, why: str) -> None:
         self.why_not = self.why_not or why

@@ -27,7 +27,7 @@ class StopRules:
         """From a pipeline's ``StopConfig``."""
         return cls(target_return=stop.target_return, window=stop.window, on_solve=stop.on_solve,
                    max_env_steps=stop.max_env_steps, max_updates=stop.max_updates, max_seconds=stop.max_seconds,
-                   on_eval=getattr(stop, "on", "train") == "eval")
+                   on_eval=stop.on == "eval")
 
     def for_group(self) -> "StopRules":
         """A group's learner stops on its time budget only: solving and the step and update
