@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -54,16 +53,14 @@ def age_summary(ages: np.ndarray) -> dict:
 
 
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # as open() would make it, not mkstemp's owner-only
+    # opened as any file is (the user's umask), named apart by process as checkpoint.save does
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
+        with open(tmp, "w", newline="") as fh:
             write(fh)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 
