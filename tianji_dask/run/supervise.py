@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from tianji_dask import dask_internals
 from tianji_dask.config import PipelineError
 from tianji_dask.errors import RunFault
-from tianji_dask import dask_internals
 from tianji_dask.run import accounting, specs
 
 REBUILD_ATTEMPTS = 3
@@ -36,10 +36,10 @@ def start(run) -> None:
     stop_active_memory_manager(client)
     run._explorer_workers = counts["EXPLORER"]
     client.register_plugin(StalenessController(run.law()["window"]), name="tianji")
-    register_worker_plugin(client, name="tianji-envs", plugin=EnvPool(run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo,
-                p.seed + 7919 * run._env_seed_offset,
-                explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
-                step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
+    register_worker_plugin(client, name="tianji-envs", plugin=EnvPool(
+        run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo, p.seed + 7919 * run._env_seed_offset,
+        explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
+        step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
     run.dashboard_link = client.dashboard_link
     run._task_metrics0 = accounting.task_metrics(client)
     run._explorer_rss0 = accounting.explorer_rss(client)
@@ -113,15 +113,15 @@ def learner_statuses(run, wait_s: float = 0.0) -> list[dict] | None:
 
 def rebuild_learner(run, err: Exception, group: int = 0) -> None:
     """A learner's worker was lost: rebuild that learner from its newest checkpoint (lost before
-    its first, from the start) on a LEARNER worker (waiting for one to come back), at most ``REBUILD_ATTEMPTS`` times per run.
-    In group mode the other groups go on; the rebuilt learner rejoins the reducer's rounds."""
+    its first, from the start) on a LEARNER worker (waiting for one to come back), at most
+    ``REBUILD_ATTEMPTS`` times per run. In group mode the other groups go on; the rebuilt learner rejoins the reducer's rounds."""
     from tianji_dask import checkpoint
     from tianji_dask.cluster import check_roles
 
     ckpt_dir = specs.checkpoint_dirs(run.out, run.pipeline.groups)[group]
     if len(run._restarts) >= REBUILD_ATTEMPTS:
         raise RunFault(f"learner: lost {len(run._restarts) + 1} times, giving up (last: {err}); "
-                           f"`tianji-dask resume {run.out}` continues from the newest checkpoint") from None
+                       f"`tianji-dask resume {run.out}` continues from the newest checkpoint") from None
     try:
         path = checkpoint.latest(ckpt_dir)
     except checkpoint.CheckpointError:
