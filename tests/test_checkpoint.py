@@ -158,8 +158,6 @@ def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
     from tianji_dask import checkpoint
 
     state = checkpoint.load(checkpoint.latest(tmp_path / "nan" / "checkpoints"))
-    import torch
-
     assert all(torch.isfinite(t).all() for t in state["algo"]["q"].values())
 
 

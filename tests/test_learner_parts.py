@@ -19,7 +19,7 @@ from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import StalenessController
-from tianji_dask.dataflow.explorer import EnvPool
+from tianji_dask.dataflow.explorer import EnvPool, pool_name
 from tianji_dask.dataflow.learner.admission import AdmissionClient
 from tianji_dask.dataflow.learner.fusion import FusionClient
 from tianji_dask.dataflow.learner.spec import FusionSpec
@@ -44,7 +44,8 @@ def cluster():
 
 
 def _pool(client, run_id, env_id="CartPole-v1", explorer_kwargs=None):
-    client.register_plugin(EnvPool(run_id, env_id, 2, {}, MAKE_PPO, 0, explorer_kwargs=explorer_kwargs), name="tianji-envs")
+    client.register_plugin(EnvPool(run_id, env_id, 2, {}, MAKE_PPO, 0, explorer_kwargs=explorer_kwargs),
+                           name=pool_name(run_id))
 
 
 def _stream(client, run_id, streams=(0, 1), direct_min_bytes=None):

@@ -1,7 +1,7 @@
 """tianji_dask: distributed deep-RL training as a Dask dataflow (TianJi's relaxed assignment
 dependencies, with an explicit staleness controller).
 
-Importing the package is cheap: ``Run``, ``train`` and the pipeline helpers load on first use,
+Importing the package is cheap: ``Run``, ``train``, ``sweep`` and the pipeline helpers load on first use,
 and the dashboard pages are installed when a run starts its own cluster (or by
 ``install_dashboard()``, before you build a cluster of your own).
 """
@@ -9,10 +9,10 @@ and the dashboard pages are installed when a run starts its own cluster (or by
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["Pipeline", "PipelineError", "Run", "install_dashboard", "load_pipeline", "train"]
+__all__ = ["Pipeline", "PipelineError", "Run", "install_dashboard", "load_pipeline", "sweep", "train"]
 
 _LAZY = {"Pipeline": "tianji_dask.config", "PipelineError": "tianji_dask.config", "load_pipeline": "tianji_dask.config",
-         "Run": "tianji_dask.run", "train": "tianji_dask.run"}
+         "Run": "tianji_dask.run", "train": "tianji_dask.run", "sweep": "tianji_dask.sweeps"}
 
 
 def install_dashboard() -> None:

@@ -127,6 +127,29 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--video", metavar="DIR", help="write one MP4 per episode here (needs the video extra)")
     rp = sub.add_parser("replay", help="re-execute a relaxed or lockstep run exactly, in one process, and check its final weights")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
+    sw = sub.add_parser("sweep", help="search hyperparameters: an Optuna study (or --pbt) of trials run K at a time on one cluster")
+    sw.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
+    sw.add_argument("--param", action="append", metavar="KEY=SPEC", default=[], dest="params",
+                    help="a dotted pipeline field and its range: loguniform:LO:HI, uniform:LO:HI, int:LO:HI or choice:A,B,C; repeatable")
+    sw.add_argument("--trials", type=_number("--trials", int, minimum=1, inclusive=True, what="a whole number"), default=8,
+                    help="trials in all (a resumed sweep counts the ones done)")
+    sw.add_argument("--concurrent", type=_number("--concurrent", int, minimum=1, inclusive=True, what="a whole number"), default=2,
+                    help="trials at once (with --pbt: the population)")
+    sw.add_argument("--objective", choices=["time_to_solve", "final_return", "eval_return"],
+                    help="what a trial is judged by (default: time_to_solve; with --pbt, final_return)")
+    sw.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"),
+                    help="each trial's training budget (unsolved trials count with it)")
+    sw.add_argument("--out", default=None, help="the sweep's folder (default sweeps/NAME); the same --out resumes a stopped sweep")
+    sw.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median")
+    sw.add_argument("--sampler", choices=["tpe", "random"], default="tpe")
+    sw.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), default=0,
+                    help="the sampler's seed")
+    sw.add_argument("--pbt", action="store_true", help="population-based training instead of a study")
+    sw.add_argument("--pbt-interval", type=_number("--pbt-interval", float, minimum=0, inclusive=False, what="a number"),
+                    default=None, help="seconds between exploit-and-explore steps (default: a fifth of --max-seconds)")
+    sw.add_argument("--scheduler", help="run the trials on an existing cluster, e.g. tcp://HOST:8786", action=_Override, fields=_scheduler)
+    sw.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
+    sw.add_argument("--quiet", action="store_true", help="print only the final table")
     show = sub.add_parser("show", help="print a pipeline as YAML, resolved and validated (every field, defaults filled in)")
     show.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     show.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
@@ -250,6 +273,10 @@ def _command(argv) -> int:
 
             with SigTerm.handled():
                 return (cmd_train if args.command == "train" else cmd_resume)(args)
+        if args.command == "sweep":
+            from tianji_dask.cli_sweep import cmd_sweep
+
+            return cmd_sweep(args, _overrides(args))
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "pipelines":

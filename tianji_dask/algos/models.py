@@ -274,8 +274,9 @@ class Adam:
     def load_state_dict(self, state: dict) -> None:
         if len(state["exp_avg"]) != len(self.params):
             raise ValueError("optimizer state does not match the parameters")
+        # the moments and the step count are state; lr, betas and eps stay as configured, so a run
+        # resumed (or a PBT member that took another's checkpoint) with new settings trains with them
         self.steps = int(state["steps"])
-        self.lr, self.betas, self.eps = float(state["lr"]), tuple(state["betas"]), float(state["eps"])
         with torch.no_grad():
             torch._foreach_copy_(self.exp_avg, state["exp_avg"])
             torch._foreach_copy_(self.exp_avg_sq, state["exp_avg_sq"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
@@ -24,31 +25,67 @@ logger = logging.getLogger("tianji_dask.controller")
 SPAN_METADATA_MAX = 64
 
 
-class StalenessController(SchedulerPlugin):
-    """The scheduler plugin: one run's books, one per group, and the handlers that reach them.
+#: runs whose books are kept at once; the oldest ended (then the oldest) go first past it
+MAX_RUNS = 64
 
-    Attributes not found on the plugin are read from group 0's books, so a run without groups
-    (and the dashboard, which shows group 0) reads it as one set of books."""
+
+@dataclass
+class RunBooks:
+    """One run's books, one per group, and when they were opened."""
+
+    groups: dict[int, Books] = field(default_factory=dict)
+    t_reset: float = field(default_factory=time.time)
+    ended: bool = False
+
+
+class StalenessController(SchedulerPlugin):
+    """The scheduler plugin: the books of every run on this scheduler (one per group of each), and
+    the handlers that reach them. Several runs can train on one cluster at once; each handler
+    names its run (a call that names none reaches the newest run).
+
+    ``run_id``, ``groups`` and ``t_reset`` are the newest run's; attributes not found on the plugin
+    are read from its group 0's books, so a run without groups (and the dashboard, which shows
+    group 0 of the newest run) reads it as one set of books."""
 
     name = "tianji"
     idempotent = True
 
     def __init__(self, window: int = 2):
         self.scheduler = None
-        self.run_id = None
-        self.groups: dict[int, Books] = {0: Books(0, {"window": window})}
-        self.t_reset = time.time()
+        self.runs: dict[str, RunBooks] = {}  # in the order they began
+        self._idle = RunBooks({0: Books(0, {"window": window})})  # what is read before any run began
         self.workers_epoch = 0  # workers joined or left: the learner's streams look for their homes again
+
+    @property
+    def newest(self) -> RunBooks:
+        return self.runs[next(reversed(self.runs))] if self.runs else self._idle
+
+    @property
+    def run_id(self) -> str | None:
+        return next(reversed(self.runs)) if self.runs else None
+
+    @property
+    def groups(self) -> dict[int, Books]:
+        return self.newest.groups
+
+    @property
+    def t_reset(self) -> float:
+        return self.newest.t_reset
 
     @property
     def primary(self) -> Books:
         return self.groups[min(self.groups)]
 
     def __getattr__(self, name):
-        groups = self.__dict__.get("groups")
-        if name.startswith("_") or not groups:
+        if name.startswith("_") or "_idle" not in self.__dict__:
             raise AttributeError(name)
-        return getattr(groups[min(groups)], name)
+        return getattr(self.primary, name)
+
+    def all_books(self):
+        """(run_id, books) for every group of every run."""
+        for run_id, run in self.runs.items():
+            for books in run.groups.values():
+                yield run_id, books
 
     # ---- plugin hooks -------------------------------------------------------------------
     async def start(self, scheduler):
@@ -65,13 +102,13 @@ class StalenessController(SchedulerPlugin):
             logger.warning("tianji: dashboard page or metrics not installed: %s", err)
         dask_internals.add_scheduler_handlers(scheduler, {
             "tianji_begin": self.begin, "tianji_cycle": self.cycle, "tianji_state": self.state,
-            "tianji_configure": self.configure,
+            "tianji_configure": self.configure, "tianji_end": self.end,
         })
 
     def transition(self, key, start, finish, *args, **kwargs):
         if finish not in ("erred", "forgotten") or not isinstance(key, str) or not key.startswith(EXPLORE_PREFIX):
             return
-        for books in self.groups.values():
+        for _, books in self.all_books():
             if key in books.credited:
                 books.credited.discard(key)
                 if finish == "erred":
@@ -99,19 +136,20 @@ class StalenessController(SchedulerPlugin):
 
     def remove_worker(self, scheduler, worker, **kwargs):
         self.workers_epoch += 1
-        for books in self.groups.values():
+        for run_id, books in self.all_books():
             if books.learner_address is not None and worker == books.learner_address:
                 books.learner_lost = True
-                scheduler.log_event("tianji.learner_lost", {"run_id": self.run_id, "group": books.group, "worker": worker})
+                scheduler.log_event("tianji.learner_lost", {"run_id": run_id, "group": books.group, "worker": worker})
 
     # ---- handlers (called by the learner and by clients) --------------------------------
     def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1,
               rebuilt: bool = False, group: int = 0) -> dict:
-        """Start a run's accounting afresh (one run at a time per scheduler; each group's learner
-        opens its own books); ``rebuilt``: the same run's learner came back after its worker was
-        lost, so its books and law go on."""
-        if rebuilt and run_id == self.run_id and group in self.groups:
-            books = self.groups[group]
+        """Open a group's books for a run (each group's learner opens its own; other runs' books
+        are untouched); ``rebuilt``: the run's learner came back after its worker was lost, so its
+        books and law go on."""
+        run = self.runs.get(run_id)
+        if rebuilt and run is not None and group in run.groups:
+            books = run.groups[group]
             books.learner_address, books.learner_lost = learner_address, False
             # credits the dead learner was granted but never submitted: the scheduler has never
             # seen those keys, so no transition will ever hand them back
@@ -120,34 +158,56 @@ class StalenessController(SchedulerPlugin):
             books.returned_unsubmitted += len(unsubmitted)
             self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "group": group, "worker": learner_address})
             return books.params().to_wire()
-        if run_id != self.run_id:
-            self.run_id, self.groups, self.t_reset = run_id, {}, time.time()
-        self.groups[group] = Books(group, law, learner_address, chunk_env_steps)
-        return self.groups[group].params().to_wire()
+        if run is None:  # a new run: the books of runs that ended go now (readable until then)
+            for old in [rid for rid, r in self.runs.items() if r.ended]:
+                del self.runs[old]
+            while len(self.runs) >= MAX_RUNS:  # runs whose driver went without saying they ended
+                del self.runs[next(iter(self.runs))]
+            run = self.runs[run_id] = RunBooks()
+        run.groups[group] = Books(group, law, learner_address, chunk_env_steps)
+        return run.groups[group].params().to_wire()
 
-    def _books(self, group: int) -> Books:
+    def end(self, run_id: str) -> None:
+        """A run has written its results: its books go when the next run begins."""
+        if run_id in self.runs:
+            self.runs[run_id].ended = True
+
+    def _run(self, run_id: str | None) -> RunBooks:
+        if run_id is None:
+            return self.newest
         try:
-            return self.groups[group]
+            return self.runs[run_id]
         except KeyError:
-            raise ValueError(f"group: run {self.run_id} has no group {group}") from None
+            raise ValueError(f"run_id: no run {run_id!r} on this scheduler") from None
 
-    def cycle(self, group: int = 0, **report) -> dict:
-        return self._books(group).cycle(workers_epoch=self.workers_epoch, **report)
+    def _books(self, run_id: str | None, group: int) -> Books:
+        try:
+            return self._run(run_id).groups[group]
+        except KeyError:
+            raise ValueError(f"group: run {run_id or self.run_id} has no group {group}") from None
 
-    def configure(self, group: int | None = None, **settings) -> dict:
-        """Change the law of one group, or of every group (``group=None``); see Books.configure."""
-        targets = list(self.groups.values()) if group is None else [self._books(group)]
+    def cycle(self, group: int = 0, run_id: str | None = None, **report) -> dict:
+        return self._books(run_id, group).cycle(workers_epoch=self.workers_epoch, **report)
+
+    def configure(self, group: int | None = None, run_id: str | None = None, **settings) -> dict:
+        """Change the law of one group, or of every group (``group=None``) of one run (the
+        newest when ``run_id`` is None); see Books.configure."""
+        run = self._run(run_id)
+        targets = list(run.groups.values()) if group is None else [self._books(run_id, group)]
         for books in targets:
             books.check(**settings)  # all or nothing: no group is changed if one value is bad
         for books in targets:
             books.configure(**settings)
-        return self.state(group=group)
+        return self.state(group=group, run_id=run_id)
 
-    def state(self, history: bool = False, group: int | None = None) -> dict:
-        """One group's state; with ``group=None``, group 0's, and every group's under "groups"
-        when there are several."""
-        books = self.primary if group is None else self._books(group)
-        out = {"run_id": self.run_id, **books.state(history)}
-        if group is None and len(self.groups) > 1:
-            out["groups"] = [{"run_id": self.run_id, **b.state(history)} for _, b in sorted(self.groups.items())]
+    def state(self, history: bool = False, group: int | None = None, run_id: str | None = None) -> dict:
+        """One run's (the newest when ``run_id`` is None) state: one group's; with ``group=None``,
+        group 0's, and every group's under "groups" when there are several. "runs" lists the
+        runs whose books the controller holds."""
+        run = self._run(run_id)
+        rid = run_id or self.run_id
+        books = run.groups[min(run.groups)] if group is None else self._books(run_id, group)
+        out = {"run_id": rid, **books.state(history), "runs": list(self.runs)}
+        if group is None and len(run.groups) > 1:
+            out["groups"] = [{"run_id": rid, **b.state(history)} for _, b in sorted(run.groups.items())]
         return out

@@ -21,7 +21,33 @@ from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.rollout import Rollout
 from tianji_dask.simulate import StepCostClock
 
-POOL_NAME = "tianji-envs"
+POOL_PREFIX = "tianji-envs-"
+
+
+def pool_name(run_id: str) -> str:
+    """The worker plugin name of a run's pool: one per run, so runs sharing a cluster keep their
+    envs apart, and a run's pool goes with it (``Run.close`` unregisters it)."""
+    return POOL_PREFIX + run_id
+
+
+def _pool(worker, run_id: str) -> "EnvPool":
+    try:
+        return worker.plugins[pool_name(run_id)]
+    except KeyError:
+        raise RuntimeError(f"explorer: this worker holds no env pool of run {run_id} (the run has ended, "
+                           "or this worker joined while its pool was being handed out)") from None
+
+
+def _pools(worker) -> list["EnvPool"]:
+    return [p for name, p in list(worker.plugins.items()) if name.startswith(POOL_PREFIX)]
+
+
+def _worker_metrics(worker) -> dict:
+    """What the dashboard's worker table shows of the env pools on one worker."""
+    pools = _pools(worker)
+    return {"env_steps": sum(p.env_steps for p in pools),
+            "policy_version": max((v for p in pools for v in p._versions.values()), default=-1),
+            "streams": sum(len(p.rollouts) for p in pools)}
 
 
 class EnvPool(WorkerPlugin):
@@ -31,8 +57,6 @@ class EnvPool(WorkerPlugin):
     ``set_weights`` (the algorithm, built on the explorer side only for inference).
     ``step_costs``: per stream, a ``simulate.StepCost`` its env steps also spend (simulation).
     """
-
-    name = POOL_NAME
 
     def __init__(self, run_id: str, env_id: str, num_envs: int, env_kwargs: dict, make_policy, seed: int,
                  explorer_kwargs: dict | None = None, step_costs: dict | None = None):
@@ -67,17 +91,14 @@ class EnvPool(WorkerPlugin):
         import torch
 
         torch.set_num_threads(1)  # explorers do small-batch inference; threads only contend
-        worker.metrics["tianji"] = lambda w: {
-            "env_steps": self.env_steps,
-            "policy_version": max(self._versions.values(), default=-1),
-            "streams": len(self.rollouts),
-        }
+        worker.metrics["tianji"] = _worker_metrics  # every run's pool on this worker, summed
 
     def teardown(self, worker):
         for rollout in self.rollouts.values():
             rollout.close()
         self.rollouts.clear()
-        worker.metrics.pop("tianji", None)
+        if not [p for p in _pools(worker) if p is not self]:
+            worker.metrics.pop("tianji", None)
 
     def stream_lock(self, explorer_id: int) -> threading.Lock:
         """Held while a chunk of that stream runs: its envs step for one task at a time."""
@@ -127,9 +148,7 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     least min_bytes goes straight to the learner's sink and the task returns its stub (see
     direct.py)."""
     worker = get_worker()
-    pool: EnvPool = worker.plugins[POOL_NAME]
-    if pool.run_id != run_id:
-        raise RuntimeError(f"explorer pool belongs to run {pool.run_id}, task to run {run_id}")
+    pool = _pool(worker, run_id)
     with context_meter.meter("policy-load"):
         policy = pool.policy_for(weights, policy_version, group)
     with pool.stream_lock(explorer_id):
@@ -165,9 +184,7 @@ def evaluate_policy(run_id: str, weights: dict, policy_version: int, episodes: i
     from tianji_dask.envs import make_vec_env
     from tianji_dask.evaluate import DETERMINISTIC, play_episodes
 
-    pool: EnvPool = get_worker().plugins[POOL_NAME]
-    if pool.run_id != run_id:
-        raise RuntimeError(f"explorer pool belongs to run {pool.run_id}, task to run {run_id}")
+    pool = _pool(get_worker(), run_id)
     policy = pool.make_policy()  # its own: the explorer threads' policies stay at their versions
     policy.set_weights(weights)
     env = make_vec_env(pool.env_id, 1, seed=seed, **pool.env_kwargs)

@@ -23,9 +23,8 @@ class TianjiCollector:
 
     def collect(self):
         ctl = self.controller
-        if ctl is None or ctl.run_id is None:
+        if ctl is None:
             return
-        run = ctl.run_id
         families: dict[str, object] = {}
 
         def family(kind, name, doc):
@@ -33,8 +32,8 @@ class TianjiCollector:
                 families[name] = kind(f"tianji_{name}", doc, labels=["run", "group"])
             return families[name]
 
-        for group, books in sorted(ctl.groups.items()):
-            labels = [run, str(group)]
+        for run, books in ctl.all_books():
+            labels = [run, str(books.group)]
             learner = books.learner_series[-1] if books.learner_series else {}
 
             def gauge(name, doc, value):

@@ -16,14 +16,14 @@ from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pip
 from tianji_dask.core.stop import StopRules
 from tianji_dask.errors import RunFault
 from tianji_dask.metrics import write_results
-from tianji_dask.run import specs
+from tianji_dask.run import specs, supervise
 from tianji_dask.run.checks import check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
 
 CONFIGURABLE = ("window", "staleness_target", "window_min", "window_max", "gain", "replay_ratio", "max_staleness")
 
 
-def _pipeline_of(pipeline, overrides: dict | None) -> Pipeline:
+def as_pipeline(pipeline, overrides: dict | None) -> Pipeline:
     if overrides is not None and not isinstance(overrides, dict):
         raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
     if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
@@ -54,13 +54,18 @@ class Run:
     ``client``: a connected ``distributed.Client``; when None (and the pipeline does not name a
     scheduler) an embedded LocalCluster is started and closed with the run.
     ``overrides``: dotted pipeline fields, e.g. ``{"mode": "lockstep", "stop.max_seconds": 60}``.
+    ``learner_worker``, ``explorer_workers``: on a cluster several runs share at once (a sweep),
+    the LEARNER worker this run's learner lives on and the EXPLORER workers its streams may use;
+    such a run leaves the cluster-wide figures (CPU, explorer memory, dataflow overhead) out of
+    its results, since they would count the other runs too.
     """
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
+                 learner_worker: str | None = None, explorer_workers: list[str] | None = None,
                  _resume_from: str | list[str] | None = None):
         # when each step of the start was reached (Unix times); the CLI sets "import" to its own
         self._startup: dict[str, float] = {"import": time.time()}
-        p = self.pipeline = _pipeline_of(pipeline, overrides)
+        p = self.pipeline = as_pipeline(pipeline, overrides)
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = Path(out) if out is not None else Path("runs") / f"{p.name}-{p.mode}-{stamp}-{self.run_id}"
@@ -69,6 +74,8 @@ class Run:
         if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
             raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
         self._resume_from = _resume_from
+        self.learner_worker = learner_worker
+        self.explorer_hosts = None if explorer_workers is None else tuple(explorer_workers)
         self.client = client
         self.cluster = None
         self._opened = None  # the cluster this run started for itself (cluster.Opened)
@@ -84,6 +91,7 @@ class Run:
         self._t_run_start: float | None = None
         self._explorer_workers = 1
         self._single = None
+        self._ended = False  # the cluster has been told this run is over
         self._final: list[dict] | None = None  # one per learner (single mode: one)
         self.results: dict | None = None
         #: seconds from the learner's stop to the results written and to the cluster closed
@@ -112,6 +120,20 @@ class Run:
         run._env_seed_offset = 1 + max(versions)  # fresh env seeds: no replay of the first episodes
         return run
 
+    @classmethod
+    def from_checkpoint(cls, pipeline, checkpoint_path: str | os.PathLike, client=None, *, out, overrides: dict | None = None,
+                        **placement) -> "Run":
+        """A new run (its own folder) that starts from another run's checkpoint: its weights,
+        optimizer moments, version and clock, with this pipeline's settings (population-based
+        training's exploit step). Needs the same env and algorithm as the checkpoint's run."""
+        from tianji_dask import checkpoint
+
+        version = int(checkpoint.load(checkpoint_path)["version"])  # fail here, in one line, on a damaged file
+        run = cls(pipeline, client, out=out, overrides=overrides, _resume_from=str(Path(checkpoint_path).resolve()),
+                  **placement)
+        run._env_seed_offset = 1 + version  # fresh env seeds: not the episodes the other run played
+        return run
+
     def law(self) -> dict:
         """The controller's settings for this run, defaults filled in."""
         return specs.law(self.pipeline, self._prepared)
@@ -126,7 +148,8 @@ class Run:
 
     def _learner_spec(self, group: int = 0, *, rebuilt: bool = False, **core_changes):
         return specs.learner_spec(self.pipeline, self._prepared, self._core_spec(group, **core_changes), run_id=self.run_id,
-                                  group=group, reducer_address=self._reducer_address, rebuilt=rebuilt)
+                                  group=group, reducer_address=self._reducer_address, rebuilt=rebuilt,
+                                  explorer_hosts=self.explorer_hosts)
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Run":
@@ -148,8 +171,6 @@ class Run:
                                             seed=p.seed + 7919 * self._env_seed_offset, step_cost_for=p.step_cost_for)
             threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
             return self
-        from tianji_dask.run import supervise
-
         try:
             supervise.start(self)
         except BaseException:
@@ -184,7 +205,7 @@ class Run:
         with every group's under "groups" in group mode, or one ``group``'s."""
         if self.client is None:
             raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
-        return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group)
+        return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group, run_id=self.run_id)
 
     def live(self, height: int = 1000):
         """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
@@ -213,7 +234,7 @@ class Run:
         wmin, floor = settings.get("window_min"), self._prepared.chunks_per_update
         if wmin is not None and wmin < floor:
             raise ValueError(f"window_min: must be >= {floor}, the chunks one update needs (got {wmin})")
-        return self.client.sync(self.client.scheduler.tianji_configure, **settings)
+        return self.client.sync(self.client.scheduler.tianji_configure, run_id=self.run_id, **settings)
 
     def stop(self) -> None:
         if self._single is not None:
@@ -223,8 +244,6 @@ class Run:
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
         """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
-        from tianji_dask.run import supervise
-
         if self.results is not None:
             return self.results
         deadline = None if timeout is None else time.time() + timeout
@@ -279,7 +298,10 @@ class Run:
         results["learner_restarts"] = self._restarts
         results["simulated"] = p.simulated()
         results["startup"] = self._startup_results()
-        if self._single is None:
+        if self._single is None and self.shares_cluster:
+            results["controller"] = self._controller_final()
+            results["cluster_shared"] = True  # the cluster-wide figures would count the other runs too
+        elif self._single is None:
             cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
             results["explorer_memory"] = accounting.explorer_memory(
                 self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
@@ -329,7 +351,15 @@ class Run:
             state = self.controller_state(history=True)
         return state
 
+    @property
+    def shares_cluster(self) -> bool:
+        """Placed on a cluster that other runs use at the same time (a sweep)."""
+        return self.learner_worker is not None or self.explorer_hosts is not None
+
     def close(self) -> None:
+        if self._single is None and self.client is not None and self._learners and not self._ended:
+            self._ended = True
+            supervise.end(self)
         if self._opened is not None:
             self._opened.close()
             self._opened = None

@@ -61,7 +61,8 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
 
 
 def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str, group: int = 0,
-                 reducer_address: str | None = None, rebuilt: bool = False) -> LearnerSpec:
+                 reducer_address: str | None = None, rebuilt: bool = False,
+                 explorer_hosts: tuple[str, ...] | None = None) -> LearnerSpec:
     mib, kib = p.learner.direct_chunks_min_mib, p.learner.inline_weights_max_kib
     fusion = None
     if p.groups > 1:
@@ -76,6 +77,7 @@ def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str
         max_explorer_failures=p.stop.max_explorer_failures, group=group, fusion=fusion, rebuilt=rebuilt,
         eval=None if p.eval is None else EvalSpec(p.eval.every_s, p.eval.every_versions, p.eval.episodes,
                                                   p.eval.deterministic, seed=p.seed + EVAL_SEED_OFFSET),
+        explorer_hosts=explorer_hosts,
     )
 
 

@@ -19,7 +19,7 @@ def start(run) -> None:
     and build one learner actor per group."""
     from tianji_dask.cluster import check_roles, default_explorer_workers, open_cluster, stop_active_memory_manager
     from tianji_dask.dataflow.controller import StalenessController
-    from tianji_dask.dataflow.explorer import EnvPool
+    from tianji_dask.dataflow.explorer import EnvPool, pool_name
 
     p = run.pipeline
     streams = range(p.explorers * p.groups)
@@ -36,7 +36,7 @@ def start(run) -> None:
     stop_active_memory_manager(client)
     run._explorer_workers = counts["EXPLORER"]
     client.register_plugin(StalenessController(run.law()["window"]), name="tianji")
-    register_worker_plugin(client, name="tianji-envs", plugin=EnvPool(
+    register_worker_plugin(client, name=pool_name(run.run_id), plugin=EnvPool(
         run.run_id, p.env.id, p.env.num_envs, p.env.kwargs, run._prepared.make_algo, p.seed + 7919 * run._env_seed_offset,
         explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
         step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
@@ -90,10 +90,26 @@ def submit_learner(run, spec, group: int, attempt: int = 0):
     groups = run.pipeline.groups
     key = f"tianji-learner-{run.run_id}" + (f"-g{group}" if groups > 1 else "") + (f"-r{attempt}" if attempt else "")
     workers = None
-    if groups > 1:
+    if run.learner_worker is not None:
+        workers = [run.learner_worker]
+    elif groups > 1:
         homes = learner_workers(run.client)
         workers = [homes[group % len(homes)]] if homes else None
     return run.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
+
+
+def end(run) -> None:
+    """A run on a cluster is over: the controller may drop its books at the next run's start, and
+    its env pool leaves the workers (on a shared cluster the next runs' pools take the room).
+    Best effort: a cluster that is gone has nothing left to free."""
+    from tianji_dask.dataflow.explorer import pool_name
+
+    try:
+        run.client.sync(run.client.scheduler.tianji_end, run_id=run.run_id)
+        if run._opened is None:  # a cluster the run opened goes with it
+            run.client.unregister_worker_plugin(pool_name(run.run_id))
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def learner_statuses(run, wait_s: float = 0.0) -> list[dict] | None:

@@ -54,7 +54,8 @@ class Learner:
         self.publisher = WeightsPublisher(client, worker.address, spec.tag, inline)
         self.stream = ExplorerStream(client, run_id=spec.run_id, tag=spec.tag, group=spec.group, streams=spec.streams,
                                      chunk_steps=spec.chunk_steps, worker_address=worker.address,
-                                     direct_min_bytes=spec.direct_min_bytes, timed=core.ledger.timed)
+                                     direct_min_bytes=spec.direct_min_bytes, timed=core.ledger.timed,
+                                     hosts=spec.explorer_hosts)
         self._stop = threading.Event()
         self._status: dict = {}
         self._final: dict | None = None
@@ -63,7 +64,8 @@ class Learner:
         self.loop = strategy(spec, core, self.stream, self.publisher, self.admission, self.fusion, self._stop,
                              self._set_status)
         if spec.eval is not None:
-            self.loop.evaluation = EvalClient(client, spec.eval, run_id=spec.run_id, tag=spec.tag)
+            self.loop.evaluation = EvalClient(client, spec.eval, run_id=spec.run_id, tag=spec.tag,
+                                              hosts=spec.explorer_hosts)
         self._cpu = CpuClock()
         self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
         self._thread.start()

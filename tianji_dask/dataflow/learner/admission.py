@@ -18,7 +18,7 @@ class AdmissionClient:
     def __init__(self, client, *, run_id: str, group: int, law: dict, learner_address: str, chunk_env_steps: int,
                  rebuilt: bool = False):
         self._client = client
-        self._group = group
+        self._run_id, self._group = run_id, group
         rebuilt_flag = {"rebuilt": True} if rebuilt else {}
         self.params = ControllerParams.from_wire(client.sync(
             client.scheduler.tianji_begin, run_id=run_id, law=law, learner_address=learner_address,
@@ -32,7 +32,8 @@ class AdmissionClient:
 
     def set_window(self, window: int) -> None:
         """Start this learner's books at ``window`` (a resumed run goes on with its window)."""
-        self._client.sync(self._client.scheduler.tianji_configure, window=int(window), group=self._group)
+        self._client.sync(self._client.scheduler.tianji_configure, window=int(window), group=self._group,
+                          run_id=self._run_id)
 
     @property
     def waiting(self) -> bool:
@@ -59,6 +60,7 @@ class AdmissionClient:
         coro = self._client.scheduler.tianji_cycle(
             consumed=consumptions_to_wire(consumed), want=[key for key, _ in want], learner_version=version,
             progress=None if progress is None else progress.to_wire(), learner_status=status, group=self._group,
+            run_id=self._run_id,
         )
         self._request = (dask_internals.on_client_loop(self._client, coro), want, held)
 
@@ -79,4 +81,4 @@ class AdmissionClient:
         """The last report, waited for: every consumed chunk is on record when the run ends."""
         self._client.sync(self._client.scheduler.tianji_cycle, consumed=consumptions_to_wire(consumed), want=[],
                           learner_version=version, progress=None if progress is None else progress.to_wire(),
-                          learner_status=status, group=self._group)
+                          learner_status=status, group=self._group, run_id=self._run_id)

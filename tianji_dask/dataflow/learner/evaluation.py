@@ -18,8 +18,9 @@ logger = logging.getLogger("tianji_dask.evaluation")
 
 
 class EvalClient:
-    def __init__(self, client, spec: EvalSpec, *, run_id: str, tag: str):
+    def __init__(self, client, spec: EvalSpec, *, run_id: str, tag: str, hosts=None):
         self._client, self.spec, self._run_id, self._tag = client, spec, run_id, tag
+        self._hosts = None if hosts is None else list(hosts)  # the explorer workers this run may use
         self._future = None
         self._last_t = time.time()
         self._last_version = 0
@@ -40,7 +41,7 @@ class EvalClient:
         self._future = self._client.submit(
             evaluate_policy, self._run_id, weights, weights_version, self.spec.episodes, self.spec.seed,
             self.spec.deterministic, key=f"tianji-eval-{self._tag}-{self._serial}", resources={"EXPLORER": 1},
-            pure=False)
+            workers=self._hosts, pure=False)
 
     def poll(self) -> dict | None:
         """The finished evaluation's result (version, returns, lengths, t_end), or None."""

@@ -35,7 +35,9 @@ class LearnerSpec:
     settings for this learner's books (as ``Run.law()`` gives them). ``direct_min_bytes``:
     chunks at least this big come over a direct socket (None: all through Dask).
     ``inline_weights_max_bytes``: weights at most this big travel inside each task (None:
-    always scattered). ``rebuilt``: this learner replaces one whose worker was lost."""
+    always scattered). ``rebuilt``: this learner replaces one whose worker was lost.
+    ``explorer_hosts``: the explorer workers this learner's streams and evaluations may run on
+    (None: every EXPLORER worker); runs sharing a cluster each get their own."""
 
     run_id: str
     mode: str
@@ -54,6 +56,7 @@ class LearnerSpec:
     fusion: FusionSpec | None = None
     rebuilt: bool = False
     eval: EvalSpec | None = None
+    explorer_hosts: tuple[str, ...] | None = None
 
     @property
     def tag(self) -> str:

@@ -61,8 +61,9 @@ def describe_error(error) -> str:
 
 class ExplorerStream:
     def __init__(self, client, *, run_id: str, tag: str, group: int, streams, chunk_steps: int,
-                 worker_address: str, direct_min_bytes: int | None, timed=None):
-        """``timed(part)``: a context manager that books a block's time (the ledger's)."""
+                 worker_address: str, direct_min_bytes: int | None, timed=None, hosts=None):
+        """``timed(part)``: a context manager that books a block's time (the ledger's). ``hosts``:
+        the explorer workers this run may use (None: every EXPLORER worker)."""
         self._client = client
         self._timed = timed or (lambda part: contextlib.nullcontext())
         self._run_id, self._tag, self._group = run_id, tag, group
@@ -75,6 +76,7 @@ class ExplorerStream:
         self._served: dict[int, int] = {}  # stream -> serial number of its last submission
         self._serial = 0
         self._homes: list[str] = []
+        self._hosts = None if hosts is None else set(hosts)
         self._homes_at = 0.0  # when the explorer workers were last looked up
         self._workers_epoch: int | None = None  # the controller's count of workers joined or left, when last looked
         # large chunks come straight from the explorers (direct.py) when the comms are plain TCP
@@ -192,7 +194,8 @@ class ExplorerStream:
         """Look up the explorer workers; cancel the chunks waiting for one that has left (a
         restarted worker comes back at a new address)."""
         workers = self._client.sync(self._client.scheduler.identity, n_workers=-1).get("workers", {})
-        homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER"))
+        homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER")
+                       and (self._hosts is None or a in self._hosts))
         gone = set(self._homes) - set(homes)
         self._homes, self._homes_at = homes, time.time()
         orphans = [entry.future for entry in self._in_flight.values() if entry.home in gone]

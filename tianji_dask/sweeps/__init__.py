@@ -1,0 +1,5 @@
+"""Sweeps on one cluster: Optuna studies (``sweep``) and population-based training (``pbt``)."""
+
+from tianji_dask.sweeps.driver import sweep
+
+__all__ = ["sweep"]
