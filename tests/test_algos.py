@@ -816,3 +816,16 @@ def test_a_busy_learner_takes_up_to_max_segments_into_one_update(name):
     for chunk in chunks[:3]:
         plain.ingest(chunk, staleness=0)
     assert not plain.takes_more()  # without a maximum: exactly segments_per_batch
+
+
+def test_a_checkpoint_loaded_with_a_new_learning_rate_trains_with_the_new_one():
+    """Adam's moments and step count are state; its learning rate is a setting (a resumed run
+    given --set algo.config.lr, or a PBT member that took another's checkpoint)."""
+    a = filled_dqn(lr=1e-3, updates_per_env_step=1.0)
+    for _ in range(3):
+        a.learn()
+    b = DQN(OBS, ACT, DQNConfig(**{**a.config.model_dump(), "lr": 5e-5}), seed=1)
+    b.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
+    assert b.optimizer.lr == 5e-5 and b.optimizer.steps == a.optimizer.steps == 3
+    for x, y in zip(b.optimizer.exp_avg, a.optimizer.exp_avg):
+        assert torch.equal(x, y)

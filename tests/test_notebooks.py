@@ -12,6 +12,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 EXPECT = {
     "01-quickstart.ipynb": ["results in", "env steps:", "deterministic policy of version"],
     "02-staleness.ipynb": ["results in", "target 2: mean staleness", "target 6: mean staleness"],
+    "04-sweep.ipynb": ["best: {'number'", "files: ['best.yaml', 'study.db', 'sweep.json', 'sweep.png', 'trials']",
+                       "best.yaml trained: solved"],
     "03-scale-out.ipynb": ["existing cluster: solved", "results in"]
     + (["slurm: solved"] if shutil.which("sbatch") else []),
 }
