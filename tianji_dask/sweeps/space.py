@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass
 
 from tianji_dask.errors import PipelineError
 
 KINDS = ("loguniform", "uniform", "int", "choice")
+EXPONENT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+\s*")  # YAML 1.1 reads 1e-6 as a string
 SPEC_FORMS = "loguniform:LO:HI, uniform:LO:HI, int:LO:HI or choice:A,B,C"
 
 
@@ -77,7 +79,7 @@ def parse_param(text: str) -> Param:
         import yaml
 
         try:
-            choices = tuple(yaml.safe_load(c) for c in rest.split(","))
+            choices = tuple(float(c) if EXPONENT.fullmatch(c) else yaml.safe_load(c) for c in rest.split(","))
         except yaml.YAMLError:
             raise PipelineError(bad) from None
         if not choices or any(c is None or isinstance(c, (list, dict)) for c in choices) or len(set(choices)) != len(choices):
