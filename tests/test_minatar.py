@@ -81,6 +81,7 @@ def test_bool_grids_get_the_minatar_network_for_dqn_and_ppo():
 @pytest.mark.parametrize("pipeline,overrides", [
     ("minatar_breakout_dqn", {"algo.config.learning_starts": 256}),
     ("minatar_breakout_ppo", {"chunk_steps": 32, "algo.config.update_epochs": 1}),
+    ("minatar_space_invaders_dqn", {"algo.config.learning_starts": 256}),
 ])
 def test_breakout_trains_for_a_few_seconds_in_single_mode(tmp_path, pipeline, overrides):
     run = Run(pipeline, out=tmp_path / "r", overrides={
