@@ -215,3 +215,38 @@ def test_population_based_training_copies_the_better_member_and_records_it(tmp_p
     r = json.loads((out / "members" / f"m{slow}-g1" / "results.json").read_text())
     assert r["final_version"] > 0 and r["pipeline_config"]["checkpoint"]["enabled"]
     assert data["best"] is not None and (out / "best.yaml").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_leaves_each_trials_results_and_resumes_them_first(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "tianji_dask", "sweep", "cartpole_ppo", "--concurrent", "2", "--trials", "2",
+            "--param", "algo.config.lr=loguniform:1e-4:1e-2", "--objective", "final_return",
+            "--set", "stop.target_return=null", "--pruner", "none", "--out", str(out)]
+    proc = subprocess.Popen([*args, "--max-seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    deadline = time.time() + 120
+    while len(started) < 2 and time.time() < deadline:
+        line = proc.stdout.readline()
+        if " started on slot " in line:
+            started.append(line)
+    time.sleep(3)  # both trials training
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    for number in (0, 1):  # each stopped trial wrote its results
+        r = json.loads((out / "trials" / f"{number:04d}" / "results.json").read_text())
+        assert r["stop_reason"] == "stopped" and r["updates"] > 0
+    # the same command goes on: the two interrupted trials' parameters run again, first
+    before = {t.number: t.params for t in optuna.load_study(study_name="tianji-sweep",
+                                                             storage=f"sqlite:///{out / 'study.db'}").trials}
+    done = subprocess.run([*args, "--max-seconds", "4", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((out / "sweep.json").read_text())
+    states = {t["number"]: t["state"] for t in data["trials"]}
+    assert states[0] == states[1] == "FAIL" and states[2] == states[3] == "COMPLETE"
+    retried = {t["retry_of"]: t["params"] for t in data["trials"] if t["retry_of"] is not None}
+    assert retried == {0: before[0], 1: before[1]}

@@ -275,8 +275,10 @@ def _command(argv) -> int:
                 return (cmd_train if args.command == "train" else cmd_resume)(args)
         if args.command == "sweep":
             from tianji_dask.cli_sweep import cmd_sweep
+            from tianji_dask.cli_train import SigTerm
 
-            return cmd_sweep(args, _overrides(args))
+            with SigTerm.handled():  # SIGTERM stops the running trials as Ctrl-C does
+                return cmd_sweep(args, _overrides(args))
         if args.command == "plot":
             return cmd_plot(args)
         if args.command == "pipelines":

@@ -21,6 +21,10 @@ def prepare(pipeline, params, *, trials: int, concurrent: int, objective: str, m
     """Everything checked before a trial starts: the parameters against the pipeline, the
     objective against what the pipeline records, the counts. Returns (the pipeline as given,
     the pipeline each trial starts from, params, each trial's time budget)."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise PipelineError("sweep: needs Optuna, which is not installed; allowed: pip install 'tianji-dask[sweep]'") from None
     if objective not in OBJECTIVES:
         raise PipelineError(f"--objective: {objective!r}; allowed: {', '.join(OBJECTIVES)}")
     if trials < 1 or concurrent < 1:
