@@ -250,3 +250,16 @@ def test_a_sweep_stopped_by_sigterm_leaves_each_trials_results_and_resumes_them_
     assert states[0] == states[1] == "FAIL" and states[2] == states[3] == "COMPLETE"
     retried = {t["retry_of"]: t["params"] for t in data["trials"] if t["retry_of"] is not None}
     assert retried == {0: before[0], 1: before[1]}
+
+
+def test_a_cluster_too_small_for_the_trials_at_once_is_refused_before_any_trial(tianji_client, tmp_path, capsys):
+    from tianji_dask.cli import main
+
+    address = tianji_client.scheduler.address  # one LEARNER worker, two EXPLORER workers
+    out = tmp_path / "sweep"
+    assert main(["sweep", "cartpole_ppo", "--scheduler", address, "--concurrent", "2", "--max-seconds", "5",
+                 "--param", "algo.config.lr=loguniform:1e-4:1e-2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--concurrent: 2 trials at once need 2 LEARNER and 2 EXPLORER workers; the cluster at {address} has 1 and 2" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert len(tianji_client.scheduler_info(n_workers=-1)["workers"]) == 3  # the cluster is left as it was

@@ -3,6 +3,7 @@ once on one cluster; writes ``sweep.json``, ``best.yaml`` and ``sweep.png`` to t
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -63,13 +64,19 @@ def sweep(pipeline, params, *, trials: int = 8, concurrent: int = 2, objective: 
     user, base, params, budget = prepare(pipeline, params, trials=trials, concurrent=concurrent, objective=objective,
                                    max_seconds=max_seconds, overrides=overrides)
     out = Path(out)
+    fresh = not out.exists()
     report.make_out(out)
-    study = open_study(out, objective, make_sampler(sampler, seed), make_pruner(pruner))
+    try:
+        study = open_study(out, objective, make_sampler(sampler, seed), make_pruner(pruner))
+        todo = max(0, trials - finished_count(study))
+        if todo == 0:
+            return report.write(out, report.summary(study, params, objective, budget), user)
+        cluster = SweepCluster(base, min(concurrent, todo))
+    except PipelineError:
+        if fresh:  # refused before any trial: a folder holding an empty study is no sweep
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     emit = on_event or (lambda kind, info: None)
-    todo = max(0, trials - finished_count(study))
-    if todo == 0:
-        return report.write(out, report.summary(study, params, objective, budget), user)
-    cluster = SweepCluster(base, min(concurrent, todo))
     emit("cluster", {"slots": len(cluster.slots), "dashboard": cluster.dashboard_link})
     free, active = list(cluster.slots), []
     try:
