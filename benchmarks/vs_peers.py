@@ -3,6 +3,7 @@
     python benchmarks/vs_peers.py solve [--tasks cartpole_ppo cartpole_dqn] [--systems tianji rllib sb3]
                                         [--seeds 3] [--max-seconds 300] [--out benchmarks/results/vs_peers] [--append]
     python benchmarks/vs_peers.py report benchmarks/results/vs_peers.json   # rebuild the markdown from the JSON
+    python benchmarks/vs_peers.py curves benchmarks/results/vs_peers.json --task cartpole_ppo --out curves.png
     python benchmarks/vs_peers.py transfer [--sizes-mib 1 4 16 64] [--repeats 5]
                                            [--out benchmarks/results/vs_peers_transfer]
     python benchmarks/vs_peers.py scaling [--explorers 1 2] [--pipeline cartpole_ppo] [--seconds 30]
@@ -13,8 +14,10 @@ also rotates from one seed to the next), so neighbouring runs share the machine'
 
 - ``tianji`` (relaxed), ``tianji-lockstep``, ``tianji-single``: ``tianji-dask train TASK --mode ...``
   with the bundled pipeline;
-- ``rllib``, ``sb3``: ``benchmarks/peers/run_peer.py`` in the peers' own virtual environment
-  (``benchmarks/peers/setup`` creates ``.peers-venv``; ``--peers-python`` points elsewhere).
+- ``rllib``, ``sb3``, ``cleanrl``, ``tianshou``: ``benchmarks/peers/run_peer.py`` in the peers' own
+  virtual environment (``benchmarks/peers/setup`` creates ``.peers-venv``; ``--peers-python`` points
+  elsewhere). ``cleanrl`` runs the PPO tasks on CartPole and LunarLander, ``tianshou`` those and
+  the DQN ones; RLlib and SB3 every task, MinAtar Breakout included.
 
 Time-to-solve is measured the same way for every system: every training episode's return and end
 time is recorded, episodes are pooled and sorted by end time, and the run is solved at the first
@@ -23,6 +26,12 @@ system is built (tianji_dask: cluster up and learner built; RLlib: ``build_algo(
 the model constructed). "From launch" counts from the moment the harness started the process.
 An unsolved run is kept and reported with its budget as a lower bound. The JSON holds every run;
 the markdown the medians and the ratios peer time ÷ tianji time (relaxed).
+
+Each run also keeps its learning curve (``curve``): [seconds since the system was built, mean of the
+last 100 training returns (of all so far, before 100)] at the end of each episode, episodes pooled
+and sorted by end time, thinned to at most ``CURVE_POINTS`` points spread over the run's time;
+``build_s_from_launch`` puts it on the launch clock. ``curves`` draws one task's curves, every
+run, coloured by system, against wall time.
 
 ``transfer``: bandwidth of sample chunks (>= 1 MiB) moved worker to worker by Dask and by the direct
 path, against plain socket pairs (loopback TCP, Unix) measured in the same invocation.
@@ -54,6 +63,8 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "pendulum_sac": ("Pendulum-v1", "sac", -200.0),
     "halfcheetah_sac": ("HalfCheetah-v5", "sac", 3000.0),
     "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
+    "minatar_breakout_dqn": ("MinAtar/Breakout-v1", "dqn", 10.0),
+    "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
 PEERS = ("rllib", "sb3", "cleanrl", "tianshou")
@@ -63,10 +74,13 @@ REFERENCE = "tianji"
 RUN_FIELDS = (
     "system", "task", "seed", "solved", "time_to_solve_s", "time_to_solve_from_launch_s", "max_seconds",
     "wall_s", "process_wall_s", "env_steps", "episodes", "final_mean_return", "stop_reason",
-    "learner_busy_fraction", "env_steps_per_s", "samples_per_s_consumed", "error",
+    "learner_busy_fraction", "env_steps_per_s", "samples_per_s_consumed", "error", "curve",
 )
 #: a run that outlives its budget by this much (startup, teardown, one last iteration) is killed
 GRACE_S = 240
+#: a run's learning curve in the JSON keeps at most this many points
+CURVE_POINTS = 400
+WINDOW = 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +91,40 @@ def _clean(text: str | None) -> str | None:
     if not text:
         return text
     return text.replace(str(ROOT), ".").replace(tempfile.gettempdir(), "$TMPDIR").replace(str(Path.home()), "~")
+
+
+def learning_curve(episodes, t0: float, window: int = WINDOW, points: int = CURVE_POINTS) -> list[list[float]]:
+    """[seconds since ``t0``, mean of the last ``window`` returns] at the end of each episode
+    ((end time, return) pairs, pooled and sorted by end time; before ``window`` episodes, the mean
+    of all so far), thinned to at most ``points``: the last episode of each of ``points`` equal
+    slices of the run's time, and the last episode always."""
+    eps = sorted((float(t), float(r)) for t, r in episodes)
+    if not eps:
+        return []
+    means, total = [], 0.0
+    for i, (_, r) in enumerate(eps):
+        total += r
+        if i >= window:
+            total -= eps[i - window][1]
+        means.append(total / min(i + 1, window))
+    t_first, t_last = eps[0][0], eps[-1][0]
+    span = (t_last - t_first) or 1.0
+    keep = {}
+    for i, (t, _) in enumerate(eps):  # the last episode in each time slice
+        keep[min(int((t - t_first) / span * points), points - 1)] = i
+    return [[round(eps[i][0] - t0, 3), round(means[i], 4)] for i in sorted(keep.values())]
+
+
+def _our_episodes(run_dir: Path) -> list[tuple[float, float]]:
+    """(end time, return) of every training episode in a run folder's episodes.csv (columns
+    t_end, return, length, explorer_id; end times in seconds since the epoch)."""
+    import csv
+
+    path = run_dir / "episodes.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return [(float(row["t_end"]), float(row["return"])) for row in csv.DictReader(fh)]
 
 
 def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) -> dict:
@@ -94,6 +142,8 @@ def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) 
     tts = r["time_to_solve_s"]
     return {
         **row,
+        "build_s_from_launch": r["t_run_start"] - t_launch,
+        "curve": learning_curve(_our_episodes(out), r["t_run_start"]),
         "solved": bool(r["solved"]),
         "time_to_solve_s": tts,
         "time_to_solve_from_launch_s": None if tts is None else r["t_run_start"] + tts - t_launch,
@@ -132,7 +182,8 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
     if not out.exists():
         return {**row, "solved": False, "error": f"exit {rc}: {tail}"}
     r = json.loads(out.read_text())
-    returns = [ret for _, ret in sorted(r.pop("episodes"))]
+    episodes = r.pop("episodes")
+    returns = [ret for _, ret in sorted(episodes)]
     keep = {k: r.get(k) for k in ("solved", "time_to_solve_s", "wall_s", "env_steps", "final_mean_return",
                                   "stop_reason", "error", "config", "versions")}
     return {
@@ -140,6 +191,8 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
         "time_to_solve_from_launch_s": None if r.get("t_solved") is None else r["t_solved"] - t_launch,
         "build_s_from_launch": None if r.get("t_built") is None else r["t_built"] - t_launch,
         "episodes": len(returns),
+        "curve": [] if r.get("t_built") is None else learning_curve(episodes, r["t_built"]),
+        "env_steps_per_s": None if not r.get("env_steps") or not r.get("wall_s") else r["env_steps"] / r["wall_s"],
         "rllib_iterations": r.get("rllib_iterations"),
         "error": r.get("error") or (None if rc == 0 else f"exit {rc}: {tail}"),
     }
@@ -279,8 +332,9 @@ def render_markdown(doc: dict) -> str:
         )
     out += ["", "Ratio: the system's median time-to-solve ÷ tianji (relaxed)'s median on the same task; "
             "above 1 means tianji_dask is faster. Per-seed ratio: the median over seeds of the same ratio "
-            "taken run by run (both solved). Learner busy and env steps/s come from tianji_dask's own "
-            "results (`results.json`); the peers do not report them.", ""]
+            "taken run by run (both solved). Learner busy comes from tianji_dask's own results "
+            "(`results.json`); the peers do not report it. Env steps/s: env steps ÷ seconds from build to "
+            "the end of the run, tianji_dask's from its results, a peer's from its own step count.", ""]
     rl = [r for r in runs if r["system"] == "rllib" and r.get("rllib_iterations")]
     if rl:
         out += ["## RLlib's own metric", "",
@@ -333,6 +387,20 @@ PEER_NOTES = [
     "jobs, torch ops spin-wait for busy cores.",
     "tianji_dask: the bundled pipelines unchanged (`tianji-dask train TASK --mode relaxed|lockstep|single`); "
     "episodes come from its own `episodes.csv` rule, which is the same as above.",
+    "MinAtar Breakout (RLlib and SB3): the MinAtar paper's network (one 3x3 convolution of 16 channels, "
+    "stride 1, ReLU, 128 ReLU units; Young & Tian 2019) and the settings of our minatar_breakout_dqn and "
+    "minatar_breakout_ppo pipelines. DQN: replay 100k, 5k warm-up, epsilon 1 → 0.01 over 100k env steps, "
+    "target copy every 1000 env steps, Adam 2.5e-4, 3-step returns, one update of 64 per 4 env steps "
+    "(double-Q in RLlib and ours; SB3's DQN has none). PPO: 16 envs x 128 steps, 4 epochs x 8 minibatches, "
+    "clip 0.2, lr 5e-4, entropy 0.01, separate actor and critic networks. SB3: a custom features extractor "
+    "with MlpPolicy and net_arch=[]; RLlib: its default CNN encoder with conv_filters=[[16, 3, 1, \"valid\"]] "
+    "and head_fcnet_hiddens=[128], the env registered with register_env (MinAtar's gymnasium ids exist only "
+    "after minatar.gym.register_envs()).",
+    "CleanRL-style PPO (`benchmarks/peers/cleanrl_ppo.py`): CleanRL's ppo.py defaults on CartPole; on "
+    "LunarLander the settings of our lunarlander_ppo pipeline (CleanRL publishes none for it). Tianshou 2 "
+    "PPO (`tianshou_ppo.py`): its CartPole PPO test's settings; on LunarLander our lunarlander_ppo pipeline's "
+    "(Tianshou publishes none). Tianshou 2 DQN (`tianshou_dqn.py`): its examples' settings, "
+    "examples/discrete/discrete_dqn.py on CartPole and examples/box2d/lunarlander_dqn.py on LunarLander.",
 ]
 
 
@@ -346,11 +414,17 @@ def _versions(peers_python: Path) -> dict:
         except md.PackageNotFoundError:
             pass
     if Path(peers_python).exists():
-        code = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
-                "('ray', 'stable-baselines3', 'torch', 'gymnasium')}))")
+        code = ("import importlib.metadata as m, json\n"
+                "def v(d):\n"
+                "    try:\n"
+                "        return m.version(d)\n"
+                "    except m.PackageNotFoundError:\n"
+                "        return None\n"
+                "print(json.dumps({d: v(d) for d in ('ray', 'stable-baselines3', 'tianshou', 'minatar', 'torch', "
+                "'gymnasium')}))")
         try:
             out = subprocess.run([str(peers_python), "-c", code], capture_output=True, text=True, timeout=60)
-            v.update({f"{k} (peers)": val for k, val in json.loads(out.stdout).items()})
+            v.update({f"{k} (peers)": val for k, val in json.loads(out.stdout).items() if val is not None})
         except Exception:  # noqa: BLE001 - versions are informative only
             pass
     return v
@@ -407,6 +481,55 @@ def cmd_report(args) -> int:
     md = Path(args.json).with_suffix(".md")
     md.write_text(render_markdown(doc))
     print(f"wrote {md}")
+    return 0
+
+
+def cmd_curves(args) -> int:
+    """One task's learning curves from a solve JSON: every run's running mean against wall time,
+    one line per run, one colour per system, the target as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(Path(args.json).read_text())
+    runs = [r for r in doc["runs"] if r["task"] == args.task]
+    if not runs:
+        print(f"no runs of {args.task} in {args.json}", file=sys.stderr)
+        return 1
+    # a system's colour is the same in every task's figure
+    others = sorted({r["system"] for r in runs} - set(SYSTEMS))
+    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate((*SYSTEMS, *others))}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    drawn = set()
+    for r in runs:
+        curve = r.get("curve") or []
+        if not curve:
+            continue
+        shift = 0.0
+        if args.clock == "launch":
+            if r.get("build_s_from_launch") is None:
+                continue
+            shift = r["build_s_from_launch"]
+        ax.plot([t + shift for t, _ in curve], [m for _, m in curve], color=colours[r["system"]], linewidth=1.2,
+                alpha=0.85, label=None if r["system"] in drawn else r["system"])
+        drawn.add(r["system"])
+    env_id, _, target = TASKS.get(args.task, (args.task, None, None))
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.set_xlabel("seconds since the system was built" if args.clock == "build"
+                  else "seconds since the process was launched")
+    ax.set_ylabel(f"mean of the last {WINDOW} training returns")
+    ax.set_title(f"{args.task} ({env_id}): one line per run")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    plt.close(fig)
+    missing = [f"{r['system']} seed {r['seed']}" for r in runs if not r.get("curve")]
+    print(f"wrote {args.out}: {len(runs) - len(missing)} run(s) of {args.task}"
+          + (f"; no curve for {', '.join(missing)}" if missing else ""))
     return 0
 
 
@@ -806,6 +929,12 @@ def main(argv=None) -> int:
     r = sub.add_parser("report", help="rebuild the markdown from a solve JSON")
     r.add_argument("json")
     r.add_argument("--note", action="append", default=[], help="add a note on the measured runs to the markdown")
+    cu = sub.add_parser("curves", help="one task's learning curves (every run) against wall time, as a PNG")
+    cu.add_argument("json", help="a solve JSON")
+    cu.add_argument("--task", required=True)
+    cu.add_argument("--out", required=True, help="the PNG to write")
+    cu.add_argument("--clock", choices=["build", "launch"], default="build",
+                    help="seconds since the system was built (default) or since its process was launched")
     t = sub.add_parser("transfer", help="chunk bandwidth through Dask vs raw loopback TCP")
     t.add_argument("--sizes-mib", nargs="+", type=float, default=[1, 4, 16, 64])
     t.add_argument("--repeats", type=int, default=5)
@@ -820,7 +949,8 @@ def main(argv=None) -> int:
     c.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "vs_peers_scaling"))
     args = parser.parse_args(argv)
     args.argv = argv
-    return {"solve": cmd_solve, "report": cmd_report, "transfer": cmd_transfer, "scaling": cmd_scaling}[args.command](args)
+    return {"solve": cmd_solve, "report": cmd_report, "curves": cmd_curves, "transfer": cmd_transfer,
+            "scaling": cmd_scaling}[args.command](args)
 
 
 if __name__ == "__main__":

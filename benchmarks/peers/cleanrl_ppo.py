@@ -1,11 +1,22 @@
-"""A CleanRL-style single-file PPO (after CleanRL's ``ppo.py``, discrete actions), with CleanRL's
-CartPole hyperparameters, as a peer for benchmarks/vs_peers.py. Imported by run_peer.py only.
+"""A CleanRL-style single-file PPO (after CleanRL's ``ppo.py``, discrete actions), as a peer for
+benchmarks/vs_peers.py. Imported by run_peer.py only.
 
-What CleanRL's loop does, kept: a gymnasium SyncVectorEnv of 4 envs, 128 steps a rollout, GAE
-(gamma 0.99, lambda 0.95), 4 epochs of 4 minibatches, clipped surrogate (0.2) and value loss,
-entropy 0.01, value 0.5, Adam at 2.5e-4 annealed linearly over 500k steps, gradient norm 0.5,
-advantage normalization, orthogonal initialization, 64-64 tanh actor and critic. Episode returns
-come from RecordEpisodeStatistics, as CleanRL logs them.
+What CleanRL's loop does, kept: a gymnasium SyncVectorEnv, GAE, epochs of shuffled minibatches,
+clipped surrogate (0.2) and (optionally clipped) value loss, entropy and value coefficients, Adam
+(eps 1e-5), optionally annealed linearly, gradient norm 0.5, advantage normalization, orthogonal
+initialization, 64-64 tanh actor and critic. Episode returns come from RecordEpisodeStatistics, as
+CleanRL logs them.
+
+Settings by env (``CONFIGS``):
+
+- CartPole-v1: CleanRL's ``ppo.py`` defaults, its classic-control settings (4 envs x 128 steps,
+  GAE 0.99/0.95, 4 epochs of 4 minibatches, entropy 0.01, value 0.5, value clipping, lr 2.5e-4
+  annealed over 500k steps).
+- LunarLander-v3: CleanRL publishes no LunarLander settings (its PPO benchmarks are CartPole,
+  Acrobot and MountainCar with ``ppo.py``'s defaults), so the settings of our
+  ``pipelines/lunarlander_ppo.yaml`` (RL-Zoo's LunarLander PPO, one update a 4,096-step batch):
+  16 envs x 256 steps, GAE 0.999/0.98, 4 epochs of 64 minibatches (of 64), lr 3e-4 not annealed,
+  entropy 0.01, value 0.5, no value clipping (our pipeline's clip_vloss is off).
 """
 
 from __future__ import annotations
@@ -17,6 +28,12 @@ import numpy as np
 CONFIG = {"num_envs": 4, "num_steps": 128, "learning_rate": 2.5e-4, "anneal_lr": True, "total_timesteps": 500_000,
           "gamma": 0.99, "gae_lambda": 0.95, "num_minibatches": 4, "update_epochs": 4, "norm_adv": True,
           "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}
+CONFIGS = {
+    "CartPole-v1": CONFIG,
+    "LunarLander-v3": {**CONFIG, "num_envs": 16, "num_steps": 256, "learning_rate": 3e-4, "anneal_lr": False,
+                       "gamma": 0.999, "gae_lambda": 0.98, "num_minibatches": 64, "update_epochs": 4,
+                       "clip_vloss": False, "source": "pipelines/lunarlander_ppo.yaml (CleanRL has none)"},
+}
 
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
@@ -27,7 +44,7 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
     from torch import nn
     from torch.distributions import Categorical
 
-    c = CONFIG
+    c = CONFIGS[env_id]
     torch.manual_seed(seed)
     np.random.seed(seed)
 
@@ -113,8 +130,11 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
                     a = (a - a.mean()) / (a.std() + 1e-8)
                 pg = torch.max(-a * ratio, -a * torch.clamp(ratio, 1 - c["clip_coef"], 1 + c["clip_coef"])).mean()
                 v = critic(b_obs[mb]).flatten()
-                v_clipped = b_val[mb] + torch.clamp(v - b_val[mb], -c["clip_coef"], c["clip_coef"])
-                v_loss = 0.5 * torch.max((v - b_ret[mb]) ** 2, (v_clipped - b_ret[mb]) ** 2).mean()
+                if c["clip_vloss"]:
+                    v_clipped = b_val[mb] + torch.clamp(v - b_val[mb], -c["clip_coef"], c["clip_coef"])
+                    v_loss = 0.5 * torch.max((v - b_ret[mb]) ** 2, (v_clipped - b_ret[mb]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((v - b_ret[mb]) ** 2).mean()
                 loss = pg - c["ent_coef"] * dist.entropy().mean() + c["vf_coef"] * v_loss
                 opt.zero_grad()
                 loss.backward()

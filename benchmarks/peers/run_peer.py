@@ -11,6 +11,10 @@ time-to-solve follows the project's rule: pool every training episode, sort by e
 time at which the mean of the last 100 returns reaches the target. Time counts from the moment the
 algorithm object is built. The run stops when solved or when ``--max-seconds`` have passed since
 then (checked between training iterations, so a run may overrun by one iteration).
+
+MinAtar Breakout (``minatar_breakout_dqn``, ``minatar_breakout_ppo``) runs on RLlib and SB3 with the
+MinAtar paper's network; MinAtar's gymnasium ids exist only after ``minatar.gym.register_envs()``,
+which ``register_env_ids`` calls (and, for RLlib's env runners, the registered env creator).
 """
 
 from __future__ import annotations
@@ -34,8 +38,19 @@ TASKS = {
     "pendulum_sac": ("Pendulum-v1", "sac", -200.0),
     "halfcheetah_sac": ("HalfCheetah-v5", "sac", 3000.0),
     "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
+    "minatar_breakout_dqn": ("MinAtar/Breakout-v1", "dqn", 10.0),
+    "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
 }
 WINDOW = 100
+
+
+def register_env_ids(env_id: str) -> None:
+    """Make ``env_id`` known to ``gymnasium.make`` in this process: MinAtar registers its
+    gymnasium ids only when ``minatar.gym.register_envs()`` is called."""
+    if env_id.startswith("MinAtar/"):
+        import minatar.gym
+
+        minatar.gym.register_envs()
 
 
 def time_to_solve(episodes: list[tuple[float, float]], target: float, window: int = WINDOW) -> float | None:
@@ -87,6 +102,53 @@ SB3_ZOO = {
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
+# MinAtar Breakout is not in RL-Zoo: the settings of our pipelines minatar_breakout_dqn and
+# minatar_breakout_ppo (the MinAtar paper's, Young & Tian 2019, arXiv:1903.03176, as those use
+# them), with the paper's network (``sb3_minatar_extractor``) as the features extractor and no
+# further hidden layers (net_arch=[]): the 128 units feed the Q head, or the policy and value heads.
+# DQN: replay 100k, warm-up 5k, epsilon 1 -> 0.01 linearly over the first 100k env steps (n_timesteps
+# below, as the zoo's exploration_fraction is scaled), target copy every 1000 env steps, Adam at
+# 2.5e-4, 3-step returns, Huber loss (SB3's), gradient norm 10. One env, and one update of 64 per
+# 4 env steps (train_freq 4, batch 64) as our pipeline does, rather than the paper's 32 every step:
+# the same replayed transitions per env step (16) as our pipeline, so a comparison measures the
+# systems rather than a difference in update work (the paper's ratio is twice that).
+# SB3's DQN has no double-Q (our pipeline uses it). PPO: 16 envs x 128 steps, 4 epochs of 8
+# minibatches (256), clip 0.2, lr 5e-4, entropy 0.01, GAE 0.99/0.95, value 0.5, gradient norm 0.5,
+# no value clipping, and actor and critic each with their own network (share_features_extractor=False),
+# as in our pipeline.
+SB3_MINATAR = {
+    "minatar_breakout_dqn": dict(n_timesteps=100_000, n_envs=1, kwargs=dict(
+        learning_rate=2.5e-4, batch_size=64, buffer_size=100_000, learning_starts=5000, gamma=0.99,
+        target_update_interval=1000, train_freq=4, gradient_steps=1, n_steps=3, exploration_fraction=1.0,
+        exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10)),
+    "minatar_breakout_ppo": dict(n_timesteps=10_000_000, n_envs=16, kwargs=dict(
+        n_steps=128, batch_size=256, n_epochs=4, learning_rate=5e-4, clip_range=0.2, ent_coef=0.01,
+        gamma=0.99, gae_lambda=0.95, vf_coef=0.5, max_grad_norm=0.5)),
+}
+MINATAR_NETWORK = "MinAtar paper: Conv2d(C->16, 3x3, stride 1) + ReLU, flatten, Linear(->128) + ReLU"
+
+
+def sb3_minatar_extractor():
+    """The MinAtar paper's network as an SB3 ``BaseFeaturesExtractor``: observations (B, 10, 10, C)
+    bool, arriving as float, are moved channels first; one 3x3 convolution of 16 channels, stride
+    1, ReLU, flatten, 128 ReLU units. SB3's CnnPolicy (NatureCNN) rejects 10x10 images."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    class MinAtarCNN(BaseFeaturesExtractor):
+        def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 128):
+            super().__init__(observation_space, features_dim)
+            h, w, c = observation_space.shape
+            self.conv = nn.Sequential(nn.Conv2d(c, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
+            self.linear = nn.Sequential(nn.Linear(16 * (h - 2) * (w - 2), features_dim), nn.ReLU())
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.linear(self.conv(observations.float().permute(0, 3, 1, 2)))
+
+    return MinAtarCNN
+
 
 def stop_rule(record: dict, target: float, max_seconds: float):
     """For a peer that checks after every step or collect: ``why(episodes)`` is "solved" once the
@@ -102,20 +164,26 @@ def stop_rule(record: dict, target: float, max_seconds: float):
     return why
 
 
-#: peers written as one file each in this folder: CleanRL-style PPO (``cleanrl_ppo.py``) and
-#: Tianshou 2's PPO with its CartPole test's settings (``tianshou_ppo.py``)
-SINGLE_FILE_PEERS = {"cleanrl": "cleanrl_ppo", "tianshou": "tianshou_ppo"}
+#: peers written as one file each in this folder, by algorithm: CleanRL-style PPO (``cleanrl_ppo.py``),
+#: Tianshou 2's PPO with its CartPole test's settings (``tianshou_ppo.py``) and Tianshou 2's DQN with
+#: its CartPole and LunarLander examples' settings (``tianshou_dqn.py``)
+SINGLE_FILE_PEERS = {"cleanrl": {"ppo": "cleanrl_ppo"}, "tianshou": {"ppo": "tianshou_ppo", "dqn": "tianshou_dqn"}}
+#: the envs the single-file peers are set up for (discrete actions, flat observations)
+SINGLE_FILE_ENVS = ("CartPole-v1", "LunarLander-v3")
 
 
 def run_single_file(system: str, task: str, seed: int, max_seconds: float, record: dict) -> None:
-    """One of ``SINGLE_FILE_PEERS``: discrete-action PPO tasks only."""
+    """One of ``SINGLE_FILE_PEERS``: the script for the task's algorithm, CartPole and LunarLander only."""
     import importlib
 
     env_id, algo, target = TASKS[task]
-    if algo != "ppo" or env_id not in ("CartPole-v1", "LunarLander-v3"):
-        raise ValueError(f"{system}: only the discrete PPO tasks (cartpole_ppo, lunarlander_ppo), not {task}")
+    scripts = SINGLE_FILE_PEERS[system]
+    if algo not in scripts or env_id not in SINGLE_FILE_ENVS:
+        tasks = [t for t, (e, a, _) in TASKS.items() if a in scripts and e in SINGLE_FILE_ENVS]
+        raise ValueError(f"{system}: only the tasks {', '.join(tasks)}, not {task}")
+    register_env_ids(env_id)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    module = importlib.import_module(SINGLE_FILE_PEERS[system])
+    module = importlib.import_module(scripts[algo])
     module.run(env_id, seed, record, stop_rule(record, target, max_seconds))
 
 
@@ -125,7 +193,8 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id, algo, target = TASKS[task]
-    zoo = SB3_ZOO[task]
+    minatar = task in SB3_MINATAR
+    zoo = SB3_MINATAR[task] if minatar else SB3_ZOO[task]
     kwargs = dict(zoo["kwargs"])
     horizon = SB3_MAX_STEPS
     frac = zoo["n_timesteps"] / horizon  # the zoo's schedule length as a fraction of learn()'s
@@ -142,6 +211,12 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
         import torch
 
         kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"], "activation_fn": torch.nn.ReLU}
+    if minatar:
+        kwargs["policy_kwargs"] = dict(features_extractor_class=sb3_minatar_extractor(),
+                                       features_extractor_kwargs=dict(features_dim=128), net_arch=[])
+        if algo == "ppo":
+            kwargs["policy_kwargs"]["share_features_extractor"] = False
+    register_env_ids(env_id)
     env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed)  # each env wrapped in Monitor: raw returns
     if zoo.get("normalize"):  # the zoo's VecNormalize, outside the Monitors
         from stable_baselines3.common.vec_env import VecNormalize
@@ -151,6 +226,9 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
     record.update(t_built=time.time(), config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
                                           **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
+    if minatar:  # not RL-Zoo's: n_timesteps is the exploration schedule's length
+        record["config"].update(source="our minatar_breakout pipelines (MinAtar paper)", network=MINATAR_NETWORK,
+                                net_arch=[], **({"share_features_extractor": False} if algo == "ppo" else {}))
     episodes: list[tuple[float, float]] = record["episodes"]
     why = stop_rule(record, target, max_seconds)
 
@@ -205,6 +283,8 @@ def rllib_config(task: str, seed: int):
         from ray.rllib.algorithms.dqn import DQNConfig
 
         return DQNConfig().environment("LunarLander-v3")
+    if task in ("minatar_breakout_dqn", "minatar_breakout_ppo"):
+        return rllib_minatar_config(task)
     if task in ("pendulum_sac", "halfcheetah_sac"):  # tuned_examples/sac/pendulum_sac.py and halfcheetah_sac.py
         from torch import nn
 
@@ -233,6 +313,67 @@ def rllib_config(task: str, seed: int):
     raise KeyError(task)
 
 
+# MinAtar Breakout in RLlib: the env under a name registered with ``ray.tune.registry.register_env``
+# (RLlib's documented way to use a custom env creator; the registry reaches every env runner
+# process through Ray), whose creator calls ``minatar.gym.register_envs()`` in the process that
+# makes the env. RLlib's default CNN encoder for a 3-d Box (``Catalog._get_encoder_config`` ->
+# ``CNNEncoderConfig``) is only convolutions and a flatten; the MinAtar paper's network is then
+# ``conv_filters=[[16, 3, 1, "valid"]]`` (one 3x3 convolution of 16 channels, stride 1, no padding:
+# 10x10 -> 8x8, as in the paper; RLlib pads "same" unless told) with ReLU, and its 128 ReLU units
+# as the head's hidden layer (``head_fcnet_hiddens=[128]``, each head its own). Settings as for SB3
+# above, from our minatar_breakout pipelines, where RLlib has them.
+RLLIB_MINATAR_ENV = "minatar-breakout-v1"
+
+
+def _minatar_env_creator(env_config):
+    import gymnasium as gym
+    import minatar.gym
+    import numpy as np
+
+    minatar.gym.register_envs()
+    # RLlib's CNN encoder feeds observations to its Conv2d as they come: MinAtar's bool grids fail
+    # there ("Input type (bool) and bias type (float) should be the same"), so gymnasium's
+    # DtypeObservation hands them over as float32 0/1 (RLlib's replay then holds float32 grids)
+    return gym.wrappers.DtypeObservation(gym.make("MinAtar/Breakout-v1"), np.float32)
+
+
+def rllib_minatar_config(task: str):
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    model = DefaultModelConfig(conv_filters=[[16, 3, 1, "valid"]], conv_activation="relu",
+                               head_fcnet_hiddens=[128], head_fcnet_activation="relu")
+    if task == "minatar_breakout_dqn":
+        from ray.rllib.algorithms.dqn import DQNConfig
+
+        # one env on the local env runner (RLlib's DQN default), fragments of 4 steps and
+        # training_intensity 16 (= 64 replayed / 4 sampled): one update of 64 per 4 env steps, as for
+        # SB3. Uniform replay of 100k (RLlib's default is prioritized), 5k warm-up, epsilon 1 -> 0.01
+        # over 100k env steps, target copy every 1000 env steps, lr 2.5e-4, 3-step double-Q without
+        # dueling (as our pipeline), Huber loss (RLlib's default), gradient norm 10 (ours and SB3's).
+        return (DQNConfig().environment(RLLIB_MINATAR_ENV)
+                .env_runners(rollout_fragment_length=4)
+                .training(lr=2.5e-4, gamma=0.99, train_batch_size_per_learner=64, training_intensity=16,
+                          replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 100_000},
+                          num_steps_sampled_before_learning_starts=5000, epsilon=[(0, 1.0), (100_000, 0.01)],
+                          target_network_update_freq=1000, n_step=3, double_q=True, dueling=False, grad_clip=10.0)
+                .rl_module(model_config=model))
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    # 16 envs x 128 steps: RLlib's PPO default of 2 env runners, 8 envs each, fragments of 128;
+    # 4 epochs of minibatches of 256 (8 a batch), clip 0.2, lr 5e-4, entropy 0.01, GAE 0.99/0.95,
+    # value loss 0.5, gradient norm 0.5, no KL penalty (our pipeline has none), actor and critic each
+    # with their own network (vf_share_layers=False), as our pipeline. RLlib's vf_clip_param (10, a
+    # clamp on the value loss) is left at its default: our pipeline has no equivalent.
+    return (PPOConfig().environment(RLLIB_MINATAR_ENV)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=8, rollout_fragment_length=128)
+            .training(lr=5e-4, gamma=0.99, lambda_=0.95, train_batch_size_per_learner=2048, minibatch_size=256,
+                      num_epochs=4, clip_param=0.2, entropy_coeff=0.01, vf_loss_coeff=0.5, grad_clip=0.5,
+                      use_kl_loss=False)
+            .rl_module(model_config=dataclasses.replace(model, vf_share_layers=False)))
+
+
 EPISODE_LOG_ENV = "PEER_EPISODE_LOG"
 
 
@@ -252,13 +393,19 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
     import ray
 
     ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {EPISODE_LOG_ENV: str(log)}})
-    _, _, target = TASKS[task]
+    env_id, _, target = TASKS[task]
+    if env_id.startswith("MinAtar/"):
+        from ray.tune.registry import register_env
+
+        register_env(RLLIB_MINATAR_ENV, _minatar_env_creator)
     config = rllib_config(task, seed).debugging(seed=seed).callbacks(on_episode_end=_on_episode_end)
     record["config"] = {k: repr(v) for k, v in sorted(config.to_dict().items())
                         if k in ("lr", "num_epochs", "vf_loss_coeff", "train_batch_size_per_learner", "minibatch_size",
                                  "num_env_runners", "num_envs_per_env_runner", "n_step", "double_q", "dueling",
                                  "epsilon", "replay_buffer_config", "gamma", "model_config", "num_learners",
-                                 "metrics_num_episodes_for_smoothing")}
+                                 "metrics_num_episodes_for_smoothing", "training_intensity", "rollout_fragment_length",
+                                 "target_network_update_freq", "num_steps_sampled_before_learning_starts",
+                                 "grad_clip", "clip_param", "entropy_coeff", "lambda", "use_kl_loss")}
     algo = config.build_algo()
     t_built = time.time()
     record["t_built"] = t_built
@@ -326,7 +473,8 @@ def main(argv=None) -> int:
             except md.PackageNotFoundError:
                 return None
 
-        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "tianshou", "torch", "gymnasium")}
+        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "tianshou", "minatar", "torch",
+                                                      "gymnasium")}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()

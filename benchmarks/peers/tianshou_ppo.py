@@ -1,13 +1,25 @@
-"""Tianshou 2 PPO (discrete actions) with the settings of Tianshou's own CartPole PPO test
-(``test/discrete/test_ppo.py``), as a peer for benchmarks/vs_peers.py. Imported by run_peer.py only.
+"""Tianshou 2 PPO (discrete actions), as a peer for benchmarks/vs_peers.py. Imported by
+run_peer.py only.
 
-Built with Tianshou 2's procedural API: a ``DiscreteActorPolicy`` (actor on a shared 64-64 ``Net``
-body, orthogonal initialization as in the test) inside the ``PPO`` algorithm, a ``Collector`` over
-a ``DummyVectorEnv`` of 20 training envs and a ``VectorReplayBuffer``. The loop is the one
-``OnPolicyTrainer`` runs (collect 2000 steps, ``algorithm.update(buffer, batch_size, repeat)``,
-reset the buffer keeping its statistics) driven here so that each training episode is recorded
-when it ends (a collector step hook sums each env's rewards) and the run stops on solve or time.
-No test episodes are collected: time-to-solve is on training episodes.
+Built with Tianshou 2's procedural API: a ``DiscreteActorPolicy`` (actor on a ``Net`` body,
+orthogonal initialization as in Tianshou's test) inside the ``PPO`` algorithm, a ``Collector`` over
+a ``DummyVectorEnv`` of training envs and a ``VectorReplayBuffer``. The loop is the one
+``OnPolicyTrainer`` runs (collect ``step_per_collect`` steps, ``algorithm.update(buffer, batch_size,
+repeat)``, reset the buffer keeping its statistics) driven here so that each training episode is
+recorded when it ends (a collector step hook sums each env's rewards) and the run stops on solve or
+time. No test episodes are collected: time-to-solve is on training episodes.
+
+Settings by env (``CONFIGS``):
+
+- CartPole-v1: Tianshou's own CartPole PPO test (``test/discrete/test_ppo.py``): 20 envs, 2,000
+  steps a collect, 10 repeats of minibatches of 64, lr 3e-4, one 64-64 ReLU body shared by actor
+  and critic.
+- LunarLander-v3: Tianshou publishes no LunarLander PPO settings (its LunarLander example,
+  ``examples/box2d/lunarlander_dqn.py``, is DQN), so the settings of our
+  ``pipelines/lunarlander_ppo.yaml`` (RL-Zoo's LunarLander PPO, one update a 4,096-step batch):
+  16 envs x 256 steps, 4 epochs of minibatches of 64, lr 3e-4, gamma 0.999, GAE lambda 0.98,
+  entropy 0.01, value 0.5, clip 0.2, gradient norm 0.5, advantage normalization, no value clipping,
+  and separate 64-64 tanh networks for actor and critic, as our pipeline.
 """
 
 from __future__ import annotations
@@ -21,7 +33,14 @@ CONFIG = {"training_num": 20, "buffer_size": 20000, "lr": 3e-4, "gamma": 0.99, "
           "repeat_per_collect": 10, "batch_size": 64, "hidden_sizes": [64, 64], "vf_coef": 0.5, "ent_coef": 0.0,
           "eps_clip": 0.2, "max_grad_norm": 0.5, "gae_lambda": 0.95, "return_scaling": False,
           "advantage_normalization": False, "recompute_advantage": False, "dual_clip": None, "value_clip": False,
-          "shared_body": True, "orthogonal_init": True}
+          "shared_body": True, "orthogonal_init": True, "activation": "relu"}
+CONFIGS = {
+    "CartPole-v1": CONFIG,
+    "LunarLander-v3": {**CONFIG, "training_num": 16, "buffer_size": 4096, "step_per_collect": 4096,
+                       "repeat_per_collect": 4, "batch_size": 64, "lr": 3e-4, "gamma": 0.999, "gae_lambda": 0.98,
+                       "ent_coef": 0.01, "advantage_normalization": True, "shared_body": False, "activation": "tanh",
+                       "source": "pipelines/lunarlander_ppo.yaml (Tianshou has none)"},
+}
 
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
@@ -38,7 +57,7 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
     from tianshou.utils.net.common import ActorCritic, Net
     from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
-    c = CONFIG
+    c = CONFIGS[env_id]
     np.random.seed(seed)
     torch.manual_seed(seed)
     env = gym.make(env_id)
@@ -46,9 +65,14 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
     train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
     train_envs.seed(seed)
 
-    net = Net(state_shape=env.observation_space.shape, hidden_sizes=c["hidden_sizes"])
+    activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[c["activation"]]
+
+    def body():
+        return Net(state_shape=env.observation_space.shape, hidden_sizes=c["hidden_sizes"], activation=activation)
+
+    net = body()
     actor = DiscreteActor(preprocess_net=net, action_shape=env.action_space.n, softmax_output=False)
-    critic = DiscreteCritic(preprocess_net=net)
+    critic = DiscreteCritic(preprocess_net=net if c["shared_body"] else body())
     for m in ActorCritic(actor, critic).modules():
         if isinstance(m, torch.nn.Linear):
             torch.nn.init.orthogonal_(m.weight)
