@@ -66,13 +66,17 @@ def pbt(pipeline, params, *, population: int = 4, objective: str = "final_return
     # checkpoints often enough that a member copied from is at most half an interval behind
     base = as_pipeline(base, {"checkpoint.enabled": True, "checkpoint.every_seconds": interval / 2})
     out = Path(out)
-    report.make_out(out)
     if (out / "members").exists():
         raise PipelineError(f"--out: {str(out)!r} already holds a population; allowed: a new folder "
                             "(population-based training does not resume)")
+    cluster = SweepCluster(base, population)  # refused (too small) before anything is written
+    try:
+        report.make_out(out)
+    except PipelineError:
+        cluster.close()
+        raise
     emit = on_event or (lambda kind, info: None)
     rng = random.Random(seed)
-    cluster = SweepCluster(base, population)
     emit("cluster", {"slots": len(cluster.slots), "dashboard": cluster.dashboard_link})
     members = [Member(i, slot, {p.key: p.sample(rng) for p in params}) for i, slot in enumerate(cluster.slots)]
     lineage: list[dict] = []
