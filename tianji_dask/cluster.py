@@ -173,7 +173,8 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         # for good, not for this block: a Nanny reads it again to restart a lost worker, which forks too
         dask.config.set({"distributed.worker.multiprocessing-method": method})
     try:
-        with forkserver.ignoring(signal.SIGINT):
+        # spawned workers go without forkserver.LEFT_OUT too (each Nanny reads this as it is made)
+        with forkserver.ignoring(signal.SIGINT), dask.config.set(forkserver.left_out_config()):
             dask_internals.add_workers(cluster, specs)
     except RuntimeError as err:  # worker processes died as they started, time after time
         cluster.close()

@@ -21,6 +21,24 @@ PRELOAD = ["tianji_dask.worker_imports"]
 MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
 #: ``TIANJI_FORK_WORKERS=0`` spawns a run's workers instead
 SWITCH = "TIANJI_FORK_WORKERS"
+#: what distributed's Nanny would put in a worker's environment and a run's own workers go
+#: without (a variable the user sets in the environment still reaches them). MALLOC_TRIM_THRESHOLD_,
+#: set to any value, stops glibc from adapting its mmap threshold: every large tensor torch
+#: allocates is then mapped and unmapped afresh, and a MinAtar PPO update took 1.5x as long in a
+#: worker as in a plain process (benchmarks/worker_environ.py).
+LEFT_OUT = {"MALLOC_TRIM_THRESHOLD_"}
+
+
+def worker_environ() -> dict[str, str]:
+    """The variables a run's worker processes start with: the Nanny's, less ``LEFT_OUT``."""
+    from tianji_dask import dask_internals
+
+    return {k: v for k, v in dask_internals.worker_spawn_environ().items() if k not in LEFT_OUT or k in os.environ}
+
+
+def left_out_config() -> dict:
+    """The dask config that keeps ``LEFT_OUT`` from spawned workers (None unsets a Nanny's variable)."""
+    return {f"distributed.nanny.pre-spawn-environ.{k}": None for k in LEFT_OUT if k not in os.environ}
 
 
 def available() -> bool:
@@ -35,11 +53,9 @@ def start() -> bool:
         return False
     from multiprocessing import forkserver
 
-    from tianji_dask import dask_internals
-
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
     # what a Nanny sets before it starts a worker (OMP_NUM_THREADS=1, ...): read at the server's start
-    with _environ({**dask_internals.worker_spawn_environ(), MARK: "1"}), ignoring(signal.SIGINT), ignoring(signal.SIGTERM):
+    with _environ({**worker_environ(), MARK: "1"}), ignoring(signal.SIGINT), ignoring(signal.SIGTERM):
         forkserver.ensure_running()
     return True
 
