@@ -195,11 +195,17 @@ def test_a_runs_workers_start_without_the_nannys_malloc_trim_threshold(tianji_cl
     """distributed's Nanny sets MALLOC_TRIM_THRESHOLD_; with it glibc maps and unmaps every large
     tensor afresh (a MinAtar PPO update 1.5x as long), so a run's own workers go without it."""
     import os
+    from unittest import mock
 
     from tianji_dask import forkserver
 
     env = tianji_client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
     assert len(env) == 3 and all(e == {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"} for e in env.values()), env
-    # spawned workers: the Nanny is told to leave it unset
-    assert forkserver.left_out_config() == {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
-    assert "MALLOC_TRIM_THRESHOLD_" not in forkserver.worker_environ()
+    # spawned workers: the Nanny is told to leave it unset, even once a plain Nanny in this process
+    # (another LocalCluster) has written its value into this process's environment
+    with mock.patch.dict(os.environ, {"MALLOC_TRIM_THRESHOLD_": "65536"}):
+        assert forkserver.left_out_config() == {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        assert "MALLOC_TRIM_THRESHOLD_" not in forkserver.worker_environ()
+    with mock.patch.dict(os.environ, {"MALLOC_TRIM_THRESHOLD_": "1000000"}):  # the user's own: it wins
+        assert forkserver.left_out_config() == {}
+        assert forkserver.worker_environ()["MALLOC_TRIM_THRESHOLD_"] == "1000000"

@@ -165,6 +165,12 @@ def worker_spawn_environ() -> dict[str, str]:
     fork from starts before distributed is imported, and its children inherit its environment,
     not the one the Nanny prepares. The defaults are distributed's ``distributed.yaml``, which
     only ``import distributed`` adds to dask's config."""
+    return {k: os.environ.get(k, str(v)) for k, v in nanny_environ_config().items() if v is not None}
+
+
+def nanny_environ_config() -> dict:
+    """``distributed.nanny.pre-spawn-environ`` as configured (distributed.yaml's defaults when
+    distributed is not imported yet), before the environment's own values win."""
     import sys
 
     import dask.config
@@ -179,7 +185,7 @@ def worker_spawn_environ() -> dict[str, str]:
         path = Path(importlib.util.find_spec("distributed").origin).with_name("distributed.yaml")
         defaults = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         config = {**defaults["distributed"]["nanny"]["pre-spawn-environ"], **(config or {})}
-    return {k: os.environ.get(k, str(v)) for k, v in (config or {}).items() if v is not None}
+    return dict(config or {})
 
 
 def worker_template(cluster) -> dict:

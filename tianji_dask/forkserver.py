@@ -29,16 +29,26 @@ SWITCH = "TIANJI_FORK_WORKERS"
 LEFT_OUT = {"MALLOC_TRIM_THRESHOLD_"}
 
 
+def _set_by_user(name: str) -> bool:
+    """In this process's environment, and not as a Nanny left it: distributed's Nanny writes its
+    variables into the environment of the process it runs in (a plain LocalCluster made in the
+    same notebook, say), so a value equal to the Nanny's own does not count as the user's."""
+    from tianji_dask import dask_internals
+
+    value = os.environ.get(name)
+    return value is not None and value != str(dask_internals.nanny_environ_config().get(name))
+
+
 def worker_environ() -> dict[str, str]:
     """The variables a run's worker processes start with: the Nanny's, less ``LEFT_OUT``."""
     from tianji_dask import dask_internals
 
-    return {k: v for k, v in dask_internals.worker_spawn_environ().items() if k not in LEFT_OUT or k in os.environ}
+    return {k: v for k, v in dask_internals.worker_spawn_environ().items() if k not in LEFT_OUT or _set_by_user(k)}
 
 
 def left_out_config() -> dict:
     """The dask config that keeps ``LEFT_OUT`` from spawned workers (None unsets a Nanny's variable)."""
-    return {f"distributed.nanny.pre-spawn-environ.{k}": None for k in LEFT_OUT if k not in os.environ}
+    return {f"distributed.nanny.pre-spawn-environ.{k}": None for k in LEFT_OUT if not _set_by_user(k)}
 
 
 def available() -> bool:
@@ -55,17 +65,23 @@ def start() -> bool:
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
     # what a Nanny sets before it starts a worker (OMP_NUM_THREADS=1, ...): read at the server's start
-    with _environ({**worker_environ(), MARK: "1"}), ignoring(signal.SIGINT), ignoring(signal.SIGTERM):
+    env = {**worker_environ(), MARK: "1"}
+    env.update({k: None for k in LEFT_OUT if k not in env})  # nor left here by another Nanny
+    with _environ(env), ignoring(signal.SIGINT), ignoring(signal.SIGTERM):
         forkserver.ensure_running()
     return True
 
 
 @contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """``values`` in the environment of processes started inside, not of this one (whose torch
-    would read OMP_NUM_THREADS when imported)."""
+def _environ(values: dict[str, str | None]):
+    """``values`` in the environment of processes started inside (None: not there), not of this
+    one (whose torch would read OMP_NUM_THREADS when imported)."""
     before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:
