@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 
 def cmd_sweep(args, overrides: dict) -> int:
@@ -12,26 +13,19 @@ def cmd_sweep(args, overrides: dict) -> int:
     t0 = time.time()
     objective = args.objective or ("final_return" if args.pbt else "time_to_solve")
 
+    lines = {  # what each event of the sweep prints
+        "cluster": "{slots} trials at once; dashboard {dashboard}",
+        "start": "trial {number} started on slot {slot}: {params} ({run_dir})",
+        "prune": "trial {number} pruned at {elapsed_s:.1f} s",
+        "done": "trial {number} finished: " + objective + " {value:.4g} ({params})",
+        "fail": "trial {number} failed: {error}",
+        "exploit": "member {member} took member {from_member}'s checkpoint: {params}",
+    }
+
     def say(kind: str, info: dict) -> None:
-        if args.quiet:
-            return
-        t = f"[sweep {time.time() - t0:6.1f} s]"
-        params = ", ".join(f"{k}={report._fmt(v)}" for k, v in (info.get("params") or {}).items())
-        if kind == "cluster":
-            print(f"{t} {info['slots']} trials at once; dashboard {info['dashboard']}", flush=True)
-        elif kind == "start":
-            print(f"{t} trial {info['number']} started on slot {info['slot']}: {params} ({info['run_dir']})", flush=True)
-        elif kind == "prune":
-            print(f"{t} trial {info['number']} pruned at {info['elapsed_s']:.1f} s", flush=True)
-        elif kind == "done":
-            print(f"{t} trial {info['number']} finished: {objective} {info['value']:.4g} ({params})", flush=True)
-        elif kind == "fail":
-            print(f"{t} trial {info['number']} failed: {info['error']}", flush=True)
-        elif kind == "exploit":
-            print(f"{t} member {info['member']} took member {info['from_member']}'s checkpoint: {params}", flush=True)
-
-    from pathlib import Path
-
+        if not args.quiet and kind in lines:
+            text = lines[kind].format(**{**info, "params": report.fmt_params(info.get("params") or {})})
+            print(f"[sweep {time.time() - t0:6.1f} s] {text}", flush=True)
 
     out = Path(args.out or f"sweeps/{Path(args.pipeline).stem}")
     if args.pbt:
@@ -51,7 +45,7 @@ def cmd_sweep(args, overrides: dict) -> int:
     if best is None:
         print(f"tianji-dask: no trial completed; see {out / 'sweep.json'}", file=sys.stderr)
         return 1
-    params = ", ".join(f"{k}={report._fmt(v)}" for k, v in best["params"].items())
-    print(f"tianji-dask: best {data['objective']} {best['value']:.4g} (trial {best['number']}: {params}); "
+    print(f"tianji-dask: best {data['objective']} {best['value']:.4g} (trial {best['number']}: "
+          f"{report.fmt_params(best['params'])}); "
           f"{out / 'best.yaml'} trains it: tianji-dask train {out / 'best.yaml'}")
     return 0

@@ -4,7 +4,6 @@ once on one cluster; writes ``sweep.json``, ``best.yaml`` and ``sweep.png`` to t
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from tianji_dask.errors import PipelineError
 from tianji_dask.sweeps import report
 from tianji_dask.sweeps.space import Param, check_space, parse_param
 from tianji_dask.sweeps.study import (OBJECTIVES, REPORTS, Active, finished_count, live_value, make_pruner,
-                                     make_sampler, objective_value, open_study)
+                                     make_sampler, objective_value, open_study, stop_quietly, watch)
 
 POLL_S = 0.5
 
@@ -95,7 +94,7 @@ def sweep(pipeline, params, *, trials: int = 8, concurrent: int = 2, objective: 
                     _maybe_prune(a, objective, budget, emit)
     except BaseException:
         for a in active:  # a stopped sweep: each running trial stops and writes its results; resumed, it runs again
-            _stop_quietly(a)
+            stop_quietly(a.run)
         wait_all(active, timeout=60)
         raise
     finally:
@@ -119,15 +118,7 @@ def _start(study, base, params: list[Param], slot, client, out: Path, emit) -> A
         a.done.set()
         return a
 
-    def wait():
-        try:
-            a.results = run.wait(on_status=lambda s: setattr(a, "status", s))
-        except Exception as err:  # noqa: BLE001
-            a.error = f"{type(err).__name__}: {err}"
-        finally:
-            a.done.set()
-
-    threading.Thread(target=wait, name=f"tianji-trial-{trial.number}", daemon=True).start()
+    watch(a, run, name=f"tianji-trial-{trial.number}")
     emit("start", {"number": trial.number, "params": values, "slot": slot.index, "run_dir": str(run_dir)})
     return a
 
@@ -144,7 +135,7 @@ def _maybe_prune(a: Active, objective: str, budget: float | None, emit) -> None:
     if a.trial.should_prune():
         a.pruned = True
         emit("prune", {"number": a.trial.number, "step": step, "elapsed_s": elapsed, "value": value})
-        _stop_quietly(a)
+        stop_quietly(a.run)
 
 
 def _finish(study, a: Active, objective: str, budget: float | None, emit) -> None:
@@ -158,8 +149,7 @@ def _finish(study, a: Active, objective: str, budget: float | None, emit) -> Non
             a.trial.set_user_attr(key, r[key])
     value = objective_value(objective, r, budget) if a.results is not None else None
     if a.pruned:
-        study.tell(a.trial, state=TrialState.PRUNED)
-        emit("pruned", {"number": a.trial.number, "params": a.params})
+        study.tell(a.trial, state=TrialState.PRUNED)  # said when it was pruned ("prune")
     elif a.error is not None or value is None:
         a.trial.set_user_attr("error", a.error or f"the run recorded no {objective}")
         study.tell(a.trial, state=TrialState.FAIL)
@@ -167,13 +157,6 @@ def _finish(study, a: Active, objective: str, budget: float | None, emit) -> Non
     else:
         study.tell(a.trial, value)
         emit("done", {"number": a.trial.number, "params": a.params, "value": value})
-
-
-def _stop_quietly(a: Active) -> None:
-    try:
-        a.run.stop()
-    except Exception:  # noqa: BLE001 - its learner is gone already
-        pass
 
 
 def wait_all(actives, timeout: float) -> None:

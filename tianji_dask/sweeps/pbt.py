@@ -16,6 +16,7 @@ from pathlib import Path
 from tianji_dask.errors import PipelineError
 from tianji_dask.sweeps import report
 from tianji_dask.sweeps.driver import POLL_S, prepare
+from tianji_dask.sweeps.study import stop_quietly, watch
 
 OBJECTIVES = ("final_return", "eval_return")
 
@@ -92,7 +93,7 @@ def pbt(pipeline, params, *, population: int = 4, objective: str = "final_return
                 _exploit(members, params, objective, quantile, rng, base, cluster.client, out, lineage, t0, emit)
     except BaseException:
         for m in members:
-            _stop(m)
+            stop_quietly(m.run)
         raise
     finally:
         cluster.close()
@@ -112,17 +113,7 @@ def _launch(m: Member, base, client, out: Path, emit, checkpoint_path: str | Non
     m.history.append({"generation": m.generation, "run_dir": str(run_dir), "params": dict(m.params),
                       "from_checkpoint": checkpoint_path})
     m.run.start()
-    done, run = m.done, m.run
-
-    def wait():
-        try:
-            m.results = run.wait(on_status=lambda s: setattr(m, "status", s) if m.run is run else None)
-        except Exception as err:  # noqa: BLE001
-            m.error = f"{type(err).__name__}: {err}"
-        finally:
-            done.set()
-
-    threading.Thread(target=wait, name=f"tianji-pbt-{m.index}", daemon=True).start()
+    watch(m, m.run, name=f"tianji-pbt-{m.index}")
     emit("start", {"number": m.index, "params": m.params, "slot": m.slot.index, "run_dir": str(run_dir)})
 
 
@@ -144,7 +135,7 @@ def _exploit(members, params, objective, quantile, rng, base, client, out, linea
         except checkpoint.CheckpointError:
             continue  # no checkpoint yet: it keeps training as it is
         before, score = dict(m.params), m.score(objective)
-        _stop(m)
+        stop_quietly(m.run)
         m.done.wait(60)
         m.history[-1].update(ended="exploited", score=score, results=_brief(m.results))
         m.generation += 1
@@ -155,13 +146,6 @@ def _exploit(members, params, objective, quantile, rng, base, client, out, linea
         lineage.append(row)
         emit("exploit", {"member": m.index, "from_member": src.index, "params": m.params})
         _launch(m, base, client, out, emit, checkpoint_path=path)
-
-
-def _stop(m: Member) -> None:
-    try:
-        m.run.stop()
-    except Exception:  # noqa: BLE001 - its learner is gone already
-        pass
 
 
 def _brief(results: dict | None) -> dict | None:

@@ -127,3 +127,7 @@ def table(data: dict) -> str:
 
 def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def fmt_params(params: dict) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())

@@ -61,6 +61,37 @@ class Active:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+def watch(holder, run, name: str) -> None:
+    """Wait for the started ``run`` in a thread of its own: ``holder.status`` follows the run's
+    live status, then ``holder.results`` (or ``holder.error``) is set and ``holder.done``. Writes
+    stop once ``holder.run`` is another run (a PBT member that moved on to its next generation)."""
+    done = holder.done
+
+    def ours() -> bool:
+        return holder.run is run
+
+    def wait():
+        try:
+            results = run.wait(on_status=lambda s: setattr(holder, "status", s) if ours() else None)
+            if ours():
+                holder.results = results
+        except Exception as err:  # noqa: BLE001 - the trial fails; the sweep goes on
+            if ours():
+                holder.error = f"{type(err).__name__}: {err}"
+        finally:
+            done.set()
+
+    threading.Thread(target=wait, name=name, daemon=True).start()
+
+
+def stop_quietly(run) -> None:
+    """Ask ``run`` to stop (it writes its results); nothing when its learner is gone already."""
+    try:
+        run.stop()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def make_pruner(name: str, reports: int = REPORTS):
     import optuna
 
