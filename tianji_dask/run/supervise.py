@@ -41,8 +41,9 @@ def start(run) -> None:
         explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
         step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
     run.dashboard_link = client.dashboard_link
-    run._task_metrics0 = accounting.task_metrics(client)
-    run._explorer_rss0 = accounting.explorer_rss(client)
+    if not run.shares_cluster:  # cluster-wide figures: a run sharing its cluster leaves them out
+        run._task_metrics0 = accounting.task_metrics(client)
+        run._explorer_rss0 = accounting.explorer_rss(client)
     if p.groups > 1:
         from tianji_dask.dataflow.reducer import Reducer
 
@@ -56,7 +57,8 @@ def start(run) -> None:
         if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
             raise PipelineError(str(err)) from None
         raise
-    run._cpu0 = accounting.cpu_seconds(client)
+    if not run.shares_cluster:
+        run._cpu0 = accounting.cpu_seconds(client)
     if run._opened is not None:
         # bokeh's import, a large part of a start, done while the learner already runs; start-up
         # work, so the scheduler's process does not count it as the run's
