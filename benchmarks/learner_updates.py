@@ -28,9 +28,9 @@ def main(argv=None) -> int:
 
     from tianji_dask.algos import make_algorithm
     from tianji_dask.config import load_pipeline
-    from tianji_dask.envs import env_spaces
-    from tianji_dask.rollout import Rollout
-    from tianji_dask.torch_setup import learner_device, prepare_torch
+    from tianji_dask.core.torch_setup import learner_device, prepare_torch
+    from tianji_dask.envs.rollout import Rollout
+    from tianji_dask.envs.vector import env_spaces
 
     p = load_pipeline(args.pipeline)
     prepare_torch(args.threads or p.learner.threads)

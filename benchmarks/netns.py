@@ -111,7 +111,7 @@ def dask_on_hosts(n: int, rate: str | None = None, explorer_threads: int = 1, py
         hosts.start(0, [python, "-m", "distributed.cli.dask_scheduler", "--host", hosts.address(0), "--port", str(PORT),
                         "--no-dashboard", "--preload", "tianji_dask.preload"], **quiet)
         worker = [python, "-m", "distributed.cli.dask_worker", scheduler, "--no-dashboard", "--no-nanny",
-                  "--preload", "tianji_dask.worker_preload"]
+                  "--preload", "tianji_dask.launch.worker_preload"]
         hosts.start(1, [*worker, "--host", hosts.address(1), "--nthreads", "1", "--resources", "LEARNER=1",
                         "--memory-limit", "0"], **quiet)
         for i in range(2, n) if n > 2 else [1]:

@@ -44,14 +44,13 @@ def main(argv=None) -> int:
     if args.minutes <= args.warmup_minutes:
         parser.error("--minutes must be larger than --warmup-minutes")
 
+    import dask
     import numpy as np
     import psutil
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
     from tianji_dask.run import Run
-
-    import dask
 
     if not args.dask_defaults:
         # Dask's bounded histories (up to an hour to fill) shortened to be full before warm-up; nannies pass it on
@@ -219,7 +218,6 @@ def _heap() -> dict:
     import tempfile
 
     import psutil
-
     from dask.utils import key_split
 
     # Dask's key-name cache: one entry per task key seen, bounded by the run (dataflow/keycache.py)

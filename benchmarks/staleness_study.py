@@ -74,7 +74,7 @@ def study_targets(client, pipelines, seeds, targets, max_seconds, tmp, log) -> l
 def study_modes(explorer_counts, pipelines, seeds, max_seconds, tmp, log) -> list[dict]:
     from distributed import Client
 
-    from tianji_dask.cluster import default_explorer_workers, local_cluster
+    from tianji_dask.launch.cluster import default_explorer_workers, local_cluster
 
     rows = []
     for n in explorer_counts:
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
         if "targets" not in args.skip:
             from distributed import Client
 
-            from tianji_dask.cluster import local_cluster
+            from tianji_dask.launch.cluster import local_cluster
 
             cluster = local_cluster(2, dashboard_address=None)
             client = Client(cluster)

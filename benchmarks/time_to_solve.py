@@ -40,7 +40,10 @@ def parse_sets(items: list[str], flag: str = "--set") -> dict:
 def pipeline_copy(pipeline: str, overrides: dict):
     """The path of a temporary copy of ``pipeline``'s YAML with dotted-key ``overrides`` applied
     (the CLI takes pipeline files; the copy keeps the pipeline's name)."""
-    from tianji_dask.config import _apply_overrides, resolve_pipeline_path  # the Run API's own dotted-key rule
+    from tianji_dask.config import (  # the Run API's own dotted-key rule
+        _apply_overrides,
+        resolve_pipeline_path,
+    )
 
     source = resolve_pipeline_path(pipeline)
     data = _apply_overrides(yaml.safe_load(source.read_text()), overrides)

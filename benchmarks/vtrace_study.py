@@ -62,7 +62,7 @@ def main(argv=None) -> int:
 
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

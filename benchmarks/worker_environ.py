@@ -25,7 +25,7 @@ def update_seconds(updates: int = 8) -> float:
     import torch
 
     from tianji_dask.config import load_pipeline
-    from tianji_dask.rollout import Rollout
+    from tianji_dask.envs.rollout import Rollout
     from tianji_dask.run.checks import check_pipeline
 
     torch.set_num_threads(1)
@@ -53,7 +53,7 @@ def in_process(malloc: str | None) -> float:
 def in_run_worker() -> float:
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     cluster = local_cluster(1, None)
     client = Client(cluster)

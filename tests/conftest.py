@@ -8,7 +8,7 @@ def _cluster_client():
     """A real LocalCluster with one LEARNER and two EXPLORER worker processes, and its client."""
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     cluster = local_cluster(explorer_workers=2, dashboard_address=None)
     client = Client(cluster)

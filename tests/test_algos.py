@@ -17,8 +17,8 @@ from tianji_dask.algos.models import ActorCritic, Adam, QNetwork, clip_grad_norm
 from tianji_dask.algos.ppo import PPO, PPOConfig, gae
 from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
 from tianji_dask.chunk import make_chunk, validate_chunk
-from tianji_dask.envs import env_spaces
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.vector import env_spaces
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 
@@ -758,7 +758,7 @@ def test_unsupported_spaces_raise(name):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the learner.device: cuda path)")
 @pytest.mark.parametrize("name", ["dqn", "ppo"])
 def test_learner_on_cuda_trains_and_publishes_cpu_weights(name):
-    from tianji_dask.rollout import Rollout
+    from tianji_dask.envs.rollout import Rollout
 
     obs_space, act_space = env_spaces("CartPole-v1")
     config = {"learning_starts": 64} if name == "dqn" else {}

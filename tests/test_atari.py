@@ -11,9 +11,9 @@ pytest.importorskip("ale_py", reason="Atari needs ale-py (pip install 'tianji-da
 
 from tianji_dask import Run  # noqa: E402
 from tianji_dask.algos import make_algorithm  # noqa: E402
-from tianji_dask.envs import env_spaces  # noqa: E402
-from tianji_dask.metrics import CHUNK_FIELDS  # noqa: E402
-from tianji_dask.rollout import Rollout  # noqa: E402
+from tianji_dask.core.metrics import CHUNK_FIELDS  # noqa: E402
+from tianji_dask.envs.rollout import Rollout  # noqa: E402
+from tianji_dask.envs.vector import env_spaces  # noqa: E402
 
 PONG = "ale_py:ALE/Pong-v5"
 

@@ -90,7 +90,7 @@ def test_medians_count_unsolved_runs_as_lower_bounds():
 def test_peer_runner_time_to_solve_matches_the_projects_rule():
     import numpy as np
 
-    from tianji_dask.metrics import time_to_solve
+    from tianji_dask.core.metrics import time_to_solve
 
     rng = np.random.default_rng(0)
     t_end = np.sort(rng.uniform(0, 100, 400))

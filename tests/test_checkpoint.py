@@ -9,9 +9,8 @@ import psutil
 import pytest
 import torch
 
-from tianji_dask import checkpoint
-from tianji_dask.core import guard
 from tianji_dask.cli import main
+from tianji_dask.core import checkpoint, guard
 from tianji_dask.run import Run
 
 
@@ -155,7 +154,7 @@ def test_diverging_learner_stops_with_a_numeric_fault(tmp_path):
     assert results["stop_reason"] == "numeric_fault"
     assert results["error"].startswith("numeric: non-finite")
     # the checkpoints kept are all finite
-    from tianji_dask import checkpoint
+    from tianji_dask.core import checkpoint
 
     state = checkpoint.load(checkpoint.latest(tmp_path / "nan" / "checkpoints"))
     assert all(torch.isfinite(t).all() for t in state["algo"]["q"].values())

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tianji_dask.chunk import validate_chunk
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
 
 
 class RandomPolicy:
@@ -113,7 +113,7 @@ def test_chunk_travels_through_dask_serialization_intact(scale):
 
 def test_lunarlander_steps_into_valid_chunks_with_its_episodes_counted():
     from tianji_dask.algos import make_algorithm
-    from tianji_dask.envs import env_spaces
+    from tianji_dask.envs.vector import env_spaces
 
     algo = make_algorithm("ppo", *env_spaces("LunarLander-v3"), {}, seed=0)
     rollout = Rollout("LunarLander-v3", num_envs=4, seed=0)

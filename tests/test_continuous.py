@@ -15,13 +15,17 @@ from gymnasium.wrappers.utils import RunningMeanStd
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.algos.gaussian import (
-    GaussianActorCritic, SquashedGaussianActor, normal_entropy, normal_logprob, sample_gaussian,
+    GaussianActorCritic,
+    SquashedGaussianActor,
+    normal_entropy,
+    normal_logprob,
+    sample_gaussian,
 )
 from tianji_dask.algos.normalize import ObsNormalizer, RewardScaler
 from tianji_dask.algos.sac import SAC, SACConfig
 from tianji_dask.chunk import make_chunk, validate_chunk
-from tianji_dask.envs import env_spaces
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.vector import env_spaces
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -4,14 +4,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import settle
 
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller import StalenessController
 from tianji_dask.dataflow.law import WindowLaw, replay_gate
 from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.run import Run
-
-from conftest import settle
 
 
 # ---- the law, as arithmetic ----------------------------------------------------------------
@@ -296,7 +295,7 @@ def test_max_staleness_filter_drops_and_counts(tianji_client, tmp_path):
     assert results["controller"]["chunks_dropped"] == sum(results["chunks_dropped"].values())
     assert results["env_steps_trained"] < results["env_steps"]
     # nothing staler than the bound was trained on
-    from tianji_dask.metrics import CHUNK_FIELDS
+    from tianji_dask.core.metrics import CHUNK_FIELDS
     chunks = np.loadtxt(run.out / "chunks.csv", delimiter=",", skiprows=1, ndmin=2)
     assert chunks[:, CHUNK_FIELDS.index("staleness_versions")].max() > 3  # some arrived too stale ...
     assert results["updates"] <= results["chunks"] - dropped  # ... and only the rest fed updates
@@ -370,7 +369,7 @@ def test_balance_helper_and_updates_per_pass():
 
 def test_epsilon_can_follow_learner_updates():
     from tianji_dask.algos.dqn import DQN, DQNConfig
-    from tianji_dask.envs import env_spaces
+    from tianji_dask.envs.vector import env_spaces
 
     spaces = env_spaces("CartPole-v1")
     by_steps = DQN(*spaces, DQNConfig(eps_decay_steps=1000))

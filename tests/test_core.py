@@ -14,8 +14,8 @@ from tianji_dask.core.guard import NumericFault, check_weights
 from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
-from tianji_dask.envs import env_spaces
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.vector import env_spaces
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -197,7 +197,7 @@ def test_a_runs_workers_start_without_the_nannys_malloc_trim_threshold(tianji_cl
     import os
     from unittest import mock
 
-    from tianji_dask import forkserver
+    from tianji_dask.launch import forkserver
 
     env = tianji_client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
     assert len(env) == 3 and all(e == {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"} for e in env.values()), env

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tianji_dask import Run
-from tianji_dask.metrics import CHUNK_FIELDS, read_episodes, time_to_solve
+from tianji_dask.core.metrics import CHUNK_FIELDS, read_episodes, time_to_solve
 
 COL = {name: i for i, name in enumerate(CHUNK_FIELDS)}
 # env-step budgets: over twice the most any measured seed needed to reach the test's target

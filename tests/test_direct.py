@@ -18,7 +18,15 @@ from tianji_dask import Run
 from tianji_dask.chunk import make_chunk
 from tianji_dask.dataflow import direct
 from tianji_dask.dataflow.direct import (
-    REFUSALS, ChunkSink, DirectChunk, Refused, Unencodable, decode, encode, send_chunk, sink_host,
+    REFUSALS,
+    ChunkSink,
+    DirectChunk,
+    Refused,
+    Unencodable,
+    decode,
+    encode,
+    send_chunk,
+    sink_host,
 )
 
 

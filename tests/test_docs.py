@@ -32,7 +32,7 @@ def _anchors(path: Path) -> set[str]:
 
 
 def test_configuration_reference_is_current():
-    from tianji_dask.config_doc import REGENERATE, render
+    from tianji_dask.config.doc import REGENERATE, render
 
     written = (DOCS / "configuration.md").read_text()
     assert written == render(), f"docs/configuration.md is out of date with the config models; regenerate it: {REGENERATE}"

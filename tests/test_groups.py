@@ -11,7 +11,7 @@ from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller import StalenessController
 from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.dataflow.reducer import Reducer, average
-from tianji_dask.envs import env_spaces
+from tianji_dask.envs.vector import env_spaces
 from tianji_dask.run import Run
 from tianji_dask.run.checks import check_pipeline
 
@@ -114,7 +114,7 @@ def test_group_pipeline_fields_are_checked():
 def group_client():
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     cluster = local_cluster(explorer_workers=2, dashboard_address=None, learner_workers=2)
     client = Client(cluster)

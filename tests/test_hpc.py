@@ -97,8 +97,9 @@ def test_no_learner_worker_is_a_clear_error(tmp_path):
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, resources={"EXPLORER": 1}) as cluster:
-        from tianji_dask.cluster import check_roles
         from distributed import Client
+
+        from tianji_dask.launch.cluster import check_roles
 
         with Client(cluster) as client, pytest.raises(RuntimeError, match="no worker offers the LEARNER resource"):
             check_roles(client, timeout=1)

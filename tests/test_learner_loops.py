@@ -21,8 +21,8 @@ from tianji_dask.dataflow.learner.spec import LearnerSpec
 from tianji_dask.dataflow.learner.stream import Arrival
 from tianji_dask.dataflow.learner.weights import WeightsPublisher
 from tianji_dask.dataflow.messages import ControllerParams
-from tianji_dask.envs import env_spaces
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.vector import env_spaces
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

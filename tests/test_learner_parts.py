@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import sleepy_env  # noqa: F401 - registers the test envs in this process, where the workers run
 from distributed import Client, LocalCluster
 
 from tianji_dask.algos import make_algorithm
@@ -27,9 +28,7 @@ from tianji_dask.dataflow.learner.stream import ExplorerStream
 from tianji_dask.dataflow.learner.weights import WeightsPublisher
 from tianji_dask.dataflow.messages import Consumption, Progress
 from tianji_dask.dataflow.reducer import Reducer
-from tianji_dask.envs import env_spaces
-
-import sleepy_env  # noqa: F401 - registers the test envs in this process, where the workers run
+from tianji_dask.envs.vector import env_spaces
 
 SPACES = env_spaces("CartPole-v1")
 MAKE_PPO = functools.partial(make_algorithm, "ppo", *SPACES, {"segments_per_batch": 1}, 0)

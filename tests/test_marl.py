@@ -11,13 +11,14 @@ pytest.importorskip("mpe2", reason="multi-agent envs need mpe2 (pip install 'tia
 
 from mpe2 import simple_spread_v3  # noqa: E402
 
-from tianji_dask import Run, checkpoint  # noqa: E402
+from tianji_dask import Run
 from tianji_dask.algos import make_algorithm  # noqa: E402
 from tianji_dask.algos.replay import nstep_transitions  # noqa: E402
-from tianji_dask.config import PipelineError, load_pipeline  # noqa: E402
 from tianji_dask.chunk import validate_chunk  # noqa: E402
-from tianji_dask.envs import check_env_id, env_spaces, make_vec_env  # noqa: E402
-from tianji_dask.rollout import Rollout  # noqa: E402
+from tianji_dask.config import PipelineError, load_pipeline  # noqa: E402
+from tianji_dask.core import checkpoint  # noqa: E402
+from tianji_dask.envs.rollout import Rollout  # noqa: E402
+from tianji_dask.envs.vector import check_env_id, env_spaces, make_vec_env  # noqa: E402
 
 SPREAD = "mpe2:simple_spread_v3"
 N_AGENTS, OBS_DIM, N_ACTIONS, EPISODE = 3, 18, 5, 25  # simple_spread's defaults

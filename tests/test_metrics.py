@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tianji_dask.metrics import staleness_summary, time_to_solve
+from tianji_dask.core.metrics import staleness_summary, time_to_solve
 
 
 def test_time_to_solve_pools_and_sorts_episodes_by_end_time():
@@ -56,9 +56,9 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_p
     import time
 
     from tianji_dask.config import StopConfig
-    from tianji_dask.core.stop import StopRules
     from tianji_dask.core.ledger import Ledger
-    from tianji_dask.metrics import CHUNK_FIELDS
+    from tianji_dask.core.metrics import CHUNK_FIELDS
+    from tianji_dask.core.stop import StopRules
 
     t0 = time.time()
     spill = where == "spill"

@@ -18,7 +18,7 @@ from tianji_dask import Run  # noqa: E402
 from tianji_dask.algos import make_algorithm  # noqa: E402
 from tianji_dask.algos.encoders import MinAtarCNN, NatureCNN  # noqa: E402
 from tianji_dask.config import PipelineError, parse_pipeline, pipeline_yaml  # noqa: E402
-from tianji_dask.envs import EnvId, env_spaces, register  # noqa: E402
+from tianji_dask.envs.vector import EnvId, env_spaces, register  # noqa: E402
 
 BREAKOUT = "MinAtar/Breakout-v1"
 REGISTER = "minatar.gym:register_envs"
@@ -89,7 +89,7 @@ def test_breakout_trains_for_a_few_seconds_in_single_mode(tmp_path, pipeline, ov
     results = run.start().wait()
     assert results["error"] is None
     assert results["env_steps"] > 0 and results["updates"] >= 1
-    net = run._single.core.algo.q if pipeline.endswith("dqn") else run._single.core.algo.net
+    net = run.backend.core.algo.q if pipeline.endswith("dqn") else run.backend.core.algo.net
     assert any(isinstance(m, MinAtarCNN) for m in net.modules())
 
 

@@ -23,7 +23,7 @@ def dashboard_client():
     """A cluster with its dashboard on a free port (the shared test cluster has none)."""
     from distributed import Client
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     cluster = local_cluster(explorer_workers=2, dashboard_address="127.0.0.1:0")
     client = Client(cluster)
@@ -108,9 +108,8 @@ def test_tianji_page_renders_in_a_real_browser(live_run, dashboard_client, tmp_p
         pytest.skip("needs Debian's chromium (.ci/run installs it)")
     import io
 
-    from PIL import Image
-
     from browser import Browser
+    from PIL import Image
 
     shot = Path(os.environ.get("TIANJI_ARTIFACTS", tmp_path)) / "tianji-dashboard.png"
     shot.parent.mkdir(parents=True, exist_ok=True)

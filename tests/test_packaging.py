@@ -1,9 +1,9 @@
 """environment.yml (conda-forge) and pyproject.toml must ask for the same things."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ import pytest
 import torch
 from test_algos import ACT, OBS, hand_chunk
 
-from tianji_dask import checkpoint
 from tianji_dask.algos.dqn import DQN, DQNConfig
 from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from tianji_dask.core import checkpoint
 from tianji_dask.run import Run
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from tianji_dask import Run
 from tianji_dask.config import PipelineError, load_pipeline
-from tianji_dask.metrics import CHUNK_FIELDS
-from tianji_dask.rollout import Rollout
-from tianji_dask.simulate import StepCost, StepCostClock
+from tianji_dask.core.metrics import CHUNK_FIELDS
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.simulate import StepCost, StepCostClock
 
 COL = {name: i for i, name in enumerate(CHUNK_FIELDS)}
 

@@ -57,7 +57,7 @@ def test_a_local_cluster_s_workers_fork_from_one_process_that_imported_torch(mon
 
     monkeypatch.delenv("TIANJI_FORK_WORKERS", raising=False)  # the default
 
-    from tianji_dask.cluster import local_cluster
+    from tianji_dask.launch.cluster import local_cluster
 
     method = "distributed.worker.multiprocessing-method"
     with dask.config.set({method: dask.config.get(method)}):  # forking stays on in the process: not after this test

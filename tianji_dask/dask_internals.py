@@ -221,9 +221,8 @@ def add_page_to_running_scheduler(scheduler, path: str, make_doc) -> bool:
     pages = [p for p in pages if p is not None]
     if not pages or any(path in p for p in pages):  # HTTP routes but no Bokeh app: no dashboard
         return False
-    from tornado.ioloop import IOLoop
-
     from distributed.dashboard.core import BokehApplication
+    from tornado.ioloop import IOLoop
 
     app = BokehApplication({path: make_doc}, scheduler, prefix="/")
     http.add_application(app)

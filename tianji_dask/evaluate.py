@@ -58,11 +58,11 @@ def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
              seed: int = 0, video_dir: str | os.PathLike | None = None) -> Evaluation:
     """Play ``episodes`` episodes (env seeds ``seed``, ``seed + 1``, ...) with the policy of the
     newest checkpoint of ``run_dir`` (or ``checkpoint_path``); with ``video_dir``, one MP4 each."""
-    from tianji_dask import checkpoint
     from tianji_dask.algos import make_algorithm
     from tianji_dask.config import load_pipeline
-    from tianji_dask.envs import make_vec_env
-    from tianji_dask.marl_envs import is_parallel_env_id
+    from tianji_dask.core import checkpoint
+    from tianji_dask.envs.marl import is_parallel_env_id
+    from tianji_dask.envs.vector import make_vec_env
     from tianji_dask.run.specs import checkpoint_dirs
 
     run_dir = Path(run_dir)

@@ -1,16 +1,6 @@
-"""``dask scheduler --preload tianji_dask.preload``: a scheduler ready for tianji runs.
+"""``dask scheduler --preload tianji_dask.preload``: a scheduler ready for tianji runs (the
+``/tianji`` pages and the staleness controller); see ``launch/scheduler_preload.py``."""
 
-Imported before the scheduler wires its dashboard, so the ``/tianji`` pages (and the JupyterLab
-plots) are served; ``dask_setup`` adds the staleness controller, so runs find it in place.
-"""
+from tianji_dask.launch.scheduler_preload import dask_setup
 
-from tianji_dask.observe.dashboard import install
-
-install()
-
-
-def dask_setup(scheduler):
-    from tianji_dask.dataflow.controller import StalenessController
-
-    if "tianji" not in scheduler.plugins:
-        scheduler.add_plugin(StalenessController(), name="tianji")
+__all__ = ["dask_setup"]

@@ -19,7 +19,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from tianji_dask.errors import PipelineError
 
 
@@ -66,9 +65,9 @@ def replay(run_dir: str | os.PathLike) -> Replayed:
     final weights. PipelineError (one line) for a run that cannot be replayed."""
     from tianji_dask.config import load_pipeline
     from tianji_dask.core.replay_log import weights_digest
-    from tianji_dask.rollout import Rollout
+    from tianji_dask.core.torch_setup import prepare_torch
+    from tianji_dask.envs.rollout import Rollout
     from tianji_dask.run.checks import check_pipeline
-    from tianji_dask.torch_setup import prepare_torch
 
     run_dir = Path(run_dir)
     results, rows = _read(run_dir)

@@ -286,9 +286,8 @@ def rllib_config(task: str, seed: int):
     if task in ("minatar_breakout_dqn", "minatar_breakout_ppo"):
         return rllib_minatar_config(task)
     if task in ("pendulum_sac", "halfcheetah_sac"):  # tuned_examples/sac/pendulum_sac.py and halfcheetah_sac.py
-        from torch import nn
-
         from ray.rllib.algorithms.sac import SACConfig
+        from torch import nn
 
         pendulum = task == "pendulum_sac"
         training = dict(actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None, n_step=(2, 5)) if pendulum else dict(actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, lr=None, n_step=1)

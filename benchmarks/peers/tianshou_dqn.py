@@ -66,7 +66,6 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
     ``record["episodes"]`` as (end time, return)."""
     import gymnasium as gym
     import torch
-
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory

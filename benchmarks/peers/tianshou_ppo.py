@@ -48,7 +48,6 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
     ``record["episodes"]`` as (end time, return)."""
     import gymnasium as gym
     import torch
-
     from tianshou.algorithm import PPO
     from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory

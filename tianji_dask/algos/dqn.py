@@ -18,9 +18,21 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.models import (
-    Adam, QNetwork, check_spaces, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of,
+    Adam,
+    QNetwork,
+    check_spaces,
+    clip_grad_norm,
+    load_weights,
+    seeded_init,
+    snapshot,
+    weights_of,
 )
-from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplayPacing, nstep_transitions
+from tianji_dask.algos.replay import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    ReplayPacing,
+    nstep_transitions,
+)
 
 
 class DQNConfig(AlgoConfig):

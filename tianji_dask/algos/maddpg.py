@@ -24,7 +24,15 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import Adam, PerAgentMLP, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of
+from tianji_dask.algos.models import (
+    Adam,
+    PerAgentMLP,
+    clip_grad_norm,
+    load_weights,
+    seeded_init,
+    snapshot,
+    weights_of,
+)
 from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
 
 

@@ -19,8 +19,19 @@ from pydantic import Field
 from torch import nn
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.gaussian import SoftQNetwork, SquashedGaussianActor, check_box_spaces
-from tianji_dask.algos.models import Adam, clip_grad_norm, load_weights, seeded_init, snapshot, weights_of
+from tianji_dask.algos.gaussian import (
+    SoftQNetwork,
+    SquashedGaussianActor,
+    check_box_spaces,
+)
+from tianji_dask.algos.models import (
+    Adam,
+    clip_grad_norm,
+    load_weights,
+    seeded_init,
+    snapshot,
+    weights_of,
+)
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
 from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
 

@@ -8,8 +8,20 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from tianji_dask.algos.gaussian import GaussianActorCritic, check_box_spaces, sample_gaussian
-from tianji_dask.algos.models import ActorCritic, Adam, check_spaces, load_weights, sample_categorical, seeded_init, weights_of
+from tianji_dask.algos.gaussian import (
+    GaussianActorCritic,
+    check_box_spaces,
+    sample_gaussian,
+)
+from tianji_dask.algos.models import (
+    ActorCritic,
+    Adam,
+    check_spaces,
+    load_weights,
+    sample_categorical,
+    seeded_init,
+    weights_of,
+)
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
 from tianji_dask.chunk import extras
 

@@ -11,12 +11,12 @@ from typing import Callable
 
 import numpy as np
 
-from tianji_dask import checkpoint
-from tianji_dask.core.replay_log import ReplayLog, weights_digest
+from tianji_dask.core import checkpoint
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
+from tianji_dask.core.replay_log import ReplayLog, weights_digest
 from tianji_dask.core.spec import CoreSpec
-from tianji_dask.torch_setup import learner_device, prepare_torch
+from tianji_dask.core.torch_setup import learner_device, prepare_torch
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 from tianji_dask.core.rows import Rows
 from tianji_dask.core.stop import StopRules
-from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 
 
 class Ledger:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tianji_dask.metrics import time_to_solve
+from tianji_dask.core.metrics import time_to_solve
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ import time
 from collections import Counter, deque
 
 from tianji_dask.dataflow.law import WindowLaw, replay_gate, samples_needed
-from tianji_dask.dataflow.messages import ControllerParams, CycleReply, consumptions_from_wire
+from tianji_dask.dataflow.messages import (
+    ControllerParams,
+    CycleReply,
+    consumptions_from_wire,
+)
 
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000

@@ -44,8 +44,19 @@ import numpy as np
 from distributed.comm.addressing import get_address_host, parse_address
 
 from tianji_dask.dataflow.wire import (  # noqa: F401 - the format's names, re-exported for senders and tests
-    ARRAY_DTYPES, HEAD, MAGIC, MAX_BODY_BYTES, MAX_DESCRIPTION_BYTES, REFUSALS, SECRET_BYTES, Refused, Unencodable,
-    assemble, decode, encode, plan,
+    ARRAY_DTYPES,
+    HEAD,
+    MAGIC,
+    MAX_BODY_BYTES,
+    MAX_DESCRIPTION_BYTES,
+    REFUSALS,
+    SECRET_BYTES,
+    Refused,
+    Unencodable,
+    assemble,
+    decode,
+    encode,
+    plan,
 )
 
 _ACK = b"\x01"  # the sink's answer once it holds a chunk

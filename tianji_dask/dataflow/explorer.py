@@ -18,8 +18,8 @@ from distributed.metrics import context_meter
 
 from tianji_dask.dataflow.direct import Unencodable, send_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
-from tianji_dask.rollout import Rollout
-from tianji_dask.simulate import StepCostClock
+from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.simulate import StepCostClock
 
 POOL_PREFIX = "tianji-envs-"
 
@@ -181,7 +181,7 @@ def evaluate_policy(run_id: str, weights: dict, policy_version: int, episodes: i
                     deterministic: bool = True) -> dict:
     """Play ``episodes`` whole episodes on an env of its own with policy ``policy_version``: an
     evaluation, never trained on. Deterministic: the most likely action, no exploration."""
-    from tianji_dask.envs import make_vec_env
+    from tianji_dask.envs.vector import make_vec_env
     from tianji_dask.evaluate import DETERMINISTIC, play_episodes
 
     pool = _pool(get_worker(), run_id)

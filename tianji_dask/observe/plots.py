@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tianji_dask.config import PipelineError
-from tianji_dask.metrics import CHUNK_FIELDS, EPISODE_FIELDS
+from tianji_dask.errors import PipelineError
+from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS
 
 FIGURES = ("return_vs_time.png", "return_vs_env_steps.png", "staleness_hist.png", "throughput.png")
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.config import Pipeline, PipelineError
-from tianji_dask.envs import env_spaces
+from tianji_dask.envs.vector import env_spaces
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _check_device(p: Pipeline, algo, has_client: bool) -> None:
     if p.learner.device.partition(":")[0] not in algo.device_types:
         raise PipelineError(f"learner.device: {p.algo.name} trains on {' or '.join(algo.device_types)} only (got {p.learner.device})")
     if p.learner.device != "cpu" and (p.mode == "single" or (not has_client and p.cluster.kind == "local")):
-        from tianji_dask.torch_setup import learner_device
+        from tianji_dask.core.torch_setup import learner_device
 
         try:  # the learner will run on this machine: say now if it has no such device
             learner_device(p.learner.device)

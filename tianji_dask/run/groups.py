@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 from tianji_dask.core.stop import StopRules
-from tianji_dask.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 
 
 def pool_status(statuses: list[dict], rules: StopRules, stop_reason: str | None) -> dict:

@@ -1,4 +1,5 @@
-"""The Run handle: what a notebook or the CLI holds while training goes on."""
+"""The Run handle: what a notebook or the CLI holds while training goes on. Where the learners
+live is its backend's business (``backend.py``: this process, or a Dask cluster)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from pathlib import Path
 import psutil
 
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
+from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
 from tianji_dask.errors import RunFault
-from tianji_dask.metrics import write_results
-from tianji_dask.run import specs, supervise
+from tianji_dask.run import specs
+from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
 
 CONFIGURABLE = ("window", "staleness_target", "window_min", "window_max", "gain", "replay_ratio", "max_staleness")
+CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
 
 def as_pipeline(pipeline, overrides: dict | None) -> Pipeline:
@@ -58,13 +61,14 @@ class Run:
     the LEARNER worker this run's learner lives on and the EXPLORER workers its streams may use;
     such a run leaves the cluster-wide figures (CPU, explorer memory, dataflow overhead) out of
     its results, since they would count the other runs too.
+    ``imported_at``: when the caller's own imports were done (the CLI's), for the start-up record.
     """
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
                  learner_worker: str | None = None, explorer_workers: list[str] | None = None,
-                 _resume_from: str | list[str] | None = None):
-        # when each step of the start was reached (Unix times); the CLI sets "import" to its own
-        self._startup: dict[str, float] = {"import": time.time()}
+                 imported_at: float | None = None, _resume_from: list[str] | None = None, _from_version: int = -1):
+        # when each step of the start was reached (Unix times)
+        self._startup: dict[str, float] = {"import": imported_at or time.time()}
         p = self.pipeline = as_pipeline(pipeline, overrides)
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -73,41 +77,32 @@ class Run:
             raise PipelineError(f"out: {str(self.out)!r} exists and is not a directory")
         if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
             raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
-        self._resume_from = _resume_from
+        #: per group, the checkpoint its learner starts from (None: from scratch)
+        self.resume_from: tuple[str | None, ...] = tuple(_resume_from or (None,) * p.groups)
+        # a run continued from version v plays env seeds none of the first v's episodes used
+        self._env_seed = CHECKPOINT_SEED_STRIDE * (1 + _from_version)
         self.learner_worker = learner_worker
         self.explorer_hosts = None if explorer_workers is None else tuple(explorer_workers)
-        self.client = client
-        self.cluster = None
-        self._opened = None  # the cluster this run started for itself (cluster.Opened)
-        self._learners: list = []  # the learner actors, one per group
-        self._reducer = None  # group mode: the Reducer actor
-        self._reducer_address: str | None = None
-        self._task_metrics0: dict = {}
-        self._explorer_rss0: dict | None = None  # the explorer workers' memory before the first chunk
-        self._cpu0: dict | None = None  # accounting.cpu_seconds once the learners are built
+        self._client = client
+        self._backend: Backend | None = None
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
-        self._restarts: list[dict] = []  # learners rebuilt after their worker was lost
-        self._env_seed_offset = 0
-        self._t_run_start: float | None = None
-        self._explorer_workers = 1
-        self._single = None
-        self._ended = False  # the cluster has been told this run is over
-        self._final: list[dict] | None = None  # one per learner (single mode: one)
+        self._finals: list[dict] | None = None  # one per learner
         self.results: dict | None = None
+        self.results_path: Path | None = None
         #: seconds from the learner's stop to the results written and to the cluster closed
         self.shutdown: dict[str, float] | None = None
-        self.dashboard_link: str | None = None
         self.t_process_start = process_start_time()
         self._rules = StopRules.of(p.stop)
         self._prepared = check_pipeline(p, has_client=client is not None)
         self._startup["checked"] = time.time()
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None) -> "Run":
+    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None,
+               imported_at: float | None = None) -> "Run":
         """A Run that continues a stopped or crashed run from its newest checkpoint, writing to the
         same directory: the learner's version, the episodes so far and the clock go on from
         there. ``overrides`` apply on top of the run's pipeline (e.g. a new time budget)."""
-        from tianji_dask import checkpoint
+        from tianji_dask.core import checkpoint
 
         d = Path(run_dir)
         if not (d / "pipeline.yaml").is_file():
@@ -115,10 +110,8 @@ class Run:
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
         paths = [checkpoint.latest(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]
         versions = [int(checkpoint.load(path)["version"]) for path in paths]  # fail here, with one line, on a damaged file
-        resume_from = [str(path.resolve()) for path in paths]
-        run = cls(pipeline, client, out=d, _resume_from=resume_from[0] if pipeline.groups == 1 else resume_from)
-        run._env_seed_offset = 1 + max(versions)  # fresh env seeds: no replay of the first episodes
-        return run
+        return cls(pipeline, client, out=d, imported_at=imported_at,
+                   _resume_from=[str(path.resolve()) for path in paths], _from_version=max(versions))
 
     @classmethod
     def from_checkpoint(cls, pipeline, checkpoint_path: str | os.PathLike, client=None, *, out, overrides: dict | None = None,
@@ -126,34 +119,53 @@ class Run:
         """A new run (its own folder) that starts from another run's checkpoint: its weights,
         optimizer moments, version and clock, with this pipeline's settings (population-based
         training's exploit step). Needs the same env and algorithm as the checkpoint's run."""
-        from tianji_dask import checkpoint
+        from tianji_dask.core import checkpoint
 
         version = int(checkpoint.load(checkpoint_path)["version"])  # fail here, in one line, on a damaged file
-        run = cls(pipeline, client, out=out, overrides=overrides, _resume_from=str(Path(checkpoint_path).resolve()),
-                  **placement)
-        run._env_seed_offset = 1 + version  # fresh env seeds: not the episodes the other run played
-        return run
+        groups = as_pipeline(pipeline, overrides).groups
+        return cls(pipeline, client, out=out, overrides=overrides, _resume_from=[str(Path(checkpoint_path).resolve())] * groups,
+                   _from_version=version, **placement)
 
     def law(self) -> dict:
         """The controller's settings for this run, defaults filled in."""
         return specs.law(self.pipeline, self._prepared)
 
-    def _resume_path(self, group: int) -> str | None:
-        return self._resume_from[group] if isinstance(self._resume_from, list) else self._resume_from
+    @property
+    def plan(self) -> RunPlan:
+        return RunPlan(pipeline=self.pipeline, prepared=self._prepared, run_id=self.run_id, out=self.out,
+                       t_process_start=self.t_process_start, env_seed=self._env_seed, resume_from=self.resume_from,
+                       learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts)
 
-    def _core_spec(self, group: int = 0, **changes):
-        return specs.core_spec(self.pipeline, self._prepared, out=self.out, t_process_start=self.t_process_start,
-                               explorer_workers=self._explorer_workers, group=group,
-                               resume_from=changes.pop("resume_from", self._resume_path(group)), **changes)
+    # ---- what the backend holds ------------------------------------------------------------
+    @property
+    def backend(self) -> Backend | None:
+        """Where the learners live, once started: ``SingleBackend`` (its ``core`` is the learner
+        core, in this process) or ``DaskBackend``."""
+        return self._backend
 
-    def _learner_spec(self, group: int = 0, *, rebuilt: bool = False, **core_changes):
-        return specs.learner_spec(self.pipeline, self._prepared, self._core_spec(group, **core_changes), run_id=self.run_id,
-                                  group=group, reducer_address=self._reducer_address, rebuilt=rebuilt,
-                                  explorer_hosts=self.explorer_hosts)
+    @property
+    def client(self):
+        """The ``distributed.Client`` the run trains on (None in single mode, or before start)."""
+        return self._backend.client if self._backend is not None else self._client
+
+    @property
+    def cluster(self):
+        """The cluster the run started for itself, while it is open (None otherwise)."""
+        return None if self._backend is None else self._backend.cluster
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return None if self._backend is None else self._backend.dashboard_link
+
+    @property
+    def shares_cluster(self) -> bool:
+        """Placed on a cluster that other runs use at the same time (a sweep)."""
+        return self.learner_worker is not None or self.explorer_hosts is not None
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Run":
-        p = self.pipeline
+        if self._backend is not None:
+            raise RuntimeError("start: this run has already started")
         fresh = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -163,16 +175,14 @@ class Run:
                 shutil.rmtree(self.out, ignore_errors=True)
             raise PipelineError(f"out: cannot write {str(self.out)!r} ({err.strerror or err}); "
                                 "allowed: a directory this user can create and write, on a disk with room") from None
-        if p.mode == "single":
-            from tianji_dask.single import SingleProcessRun
+        if self.pipeline.mode == "single":
+            self._backend = SingleBackend(self.plan)
+        else:
+            from tianji_dask.run.dask_backend import DaskBackend
 
-            self._single = SingleProcessRun(self._core_spec(), explorers=p.explorers, chunk_steps=p.chunk_steps,
-                                            env_id=p.env.id, num_envs=p.env.num_envs, env_kwargs_for=p.env_kwargs_for,
-                                            seed=p.seed + 7919 * self._env_seed_offset, step_cost_for=p.step_cost_for)
-            threading.Thread(target=self._run_single, name="tianji-single", daemon=True).start()
-            return self
+            self._backend = DaskBackend(self.plan, self._client)
         try:
-            supervise.start(self)
+            self._backend.start()
         except BaseException:
             if fresh:  # no cluster, no learner: nothing was trained, and a folder of one file is no run
                 self.close()
@@ -186,26 +196,31 @@ class Run:
         # not a plain dump: with balance, chunk_steps given as well would not load back
         (self.out / "pipeline.yaml").write_text(pipeline_yaml(self.pipeline))
 
-    def _run_single(self) -> None:
-        self._final = [self._single.run().as_dict()]
+    def _started(self) -> Backend:
+        if self._backend is None:
+            raise RuntimeError("this run has not started: call run.start() first")
+        return self._backend
 
     def status(self) -> dict:
         """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
-        if self._single is not None:
-            status = self._single.status()
-            status["done"] = self._final is not None
-            return status
-        if not self._learners:
+        if self._backend is None:
             return {"done": False}
-        return pool_status([dict(learner.status().result(timeout=30)) for learner in self._learners], self._rules,
-                           self._group_stop)
+        statuses = self._backend.statuses(0.0)
+        if statuses is None:  # a learner was just rebuilt
+            return {"done": False}
+        return pool_status(statuses, self._rules, self._group_stop)
+
+    def _cluster_backend(self, what: str):
+        from tianji_dask.run.dask_backend import DaskBackend
+
+        if not isinstance(self._backend, DaskBackend) or self._backend.client is None:
+            raise RuntimeError(f"{what}: this run has no cluster (single mode, or not started)")
+        return self._backend
 
     def controller_state(self, history: bool = False, group: int | None = None) -> dict:
         """The controller's live state (window, targets, staleness so far, credits): group 0's,
         with every group's under "groups" in group mode, or one ``group``'s."""
-        if self.client is None:
-            raise RuntimeError("controller_state: this run has no cluster (single mode, or not started)")
-        return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group, run_id=self.run_id)
+        return self._cluster_backend("controller_state").controller_state(history=history, group=group)
 
     def live(self, height: int = 1000):
         """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
@@ -229,41 +244,36 @@ class Run:
         unknown = sorted(set(settings) - set(CONFIGURABLE))
         if unknown:
             raise ValueError(f"{unknown[0]}: unknown setting; allowed: {', '.join(CONFIGURABLE)}")
-        if self.client is None or self.pipeline.mode != "relaxed":
+        if self.pipeline.mode != "relaxed" or self.client is None:
             raise RuntimeError("configure: only a running relaxed-mode run has a controller to configure")
         wmin, floor = settings.get("window_min"), self._prepared.chunks_per_update
         if wmin is not None and wmin < floor:
             raise ValueError(f"window_min: must be >= {floor}, the chunks one update needs (got {wmin})")
-        return self.client.sync(self.client.scheduler.tianji_configure, run_id=self.run_id, **settings)
+        return self._cluster_backend("configure").configure(**settings)
 
     def stop(self) -> None:
-        if self._single is not None:
-            self._single.stop()
-        for learner in self._learners:
-            learner.stop().result(timeout=30)
+        if self._backend is not None:
+            self._backend.stop()
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
         """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
         if self.results is not None:
             return self.results
+        backend = self._started()
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
-            if self._single is not None:
-                status, statuses = self.status(), []
-            else:
-                # waits up to poll_s in the learners, which answer at once when they finish
-                statuses = supervise.learner_statuses(self, wait_s=poll_s)
-                if statuses is None:
-                    continue  # a learner was rebuilt: ask again
-                status = pool_status(statuses, self._rules, self._group_stop)
-            if self._t_run_start is None and status.get("elapsed_s") is not None:
-                self._t_run_start = time.time() - status["elapsed_s"]
+            # waits up to poll_s in the learners, which answer at once when they finish
+            statuses = backend.statuses(poll_s)
+            if statuses is None:
+                continue  # a learner was rebuilt: ask again
+            status = pool_status(statuses, self._rules, self._group_stop)
+            if backend.t_run_start is None and status.get("elapsed_s") is not None:
+                backend.t_run_start = time.time() - status["elapsed_s"]
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
-                if self._single is None:
-                    self._final = [learner.final().result(timeout=60) for learner in self._learners]
+                self._finals = backend.finals()
                 break
             if not stopped and self.pipeline.groups > 1:
                 self._group_stop = self._group_stop or groups_stop_reason(status, statuses, self._rules)
@@ -273,20 +283,14 @@ class Run:
             if deadline is not None and time.time() > deadline and not stopped:
                 self.stop()
                 stopped = True
-            if self._single is not None:
-                time.sleep(poll_s)
         return self._write()
 
     def _write(self) -> dict:
-        from tianji_dask.run import accounting
-
-        replay = None
-        if len(self._final) > 1:
-            fusion = {"every": self._prepared.reduce_every, "barrier": self._prepared.reduce_barrier,
-                      "rounds": self._reducer.rounds().result(timeout=60)}
-            results, episodes, chunks = pool_results(self._final, self._rules, self._group_stop, fusion)
+        backend, replay = self._backend, None
+        if len(self._finals) > 1:
+            results, episodes, chunks = pool_results(self._finals, self._rules, self._group_stop, backend.fusion())
         else:
-            final = self._final[0]
+            final = self._finals[0]
             results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
             replay = final.get("replay")
         p = self.pipeline
@@ -295,19 +299,9 @@ class Run:
             explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
             pipeline_config=p.model_dump(mode="json"),
         )
-        results["learner_restarts"] = self._restarts
         results["simulated"] = p.simulated()
         results["startup"] = self._startup_results()
-        if self._single is None and self.shares_cluster:
-            results["controller"] = self._controller_final()
-            results["cluster_shared"] = True  # the cluster-wide figures would count the other runs too
-        elif self._single is None:
-            cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
-            results["explorer_memory"] = accounting.explorer_memory(
-                self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
-            results["controller"] = self._controller_final()
-            results["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
-            results["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)
+        results.update(backend.figures(results))
         try:
             self.results_path = write_results(self.out, results, episodes, chunks, replay=replay)
         except OSError as err:
@@ -326,11 +320,13 @@ class Run:
     def _startup_results(self) -> dict:
         """Seconds from process start to each step of the start (None: not reached): in group
         mode, to every learner built and to every group's first chunk."""
+        marks = {**self._startup, **self._backend.startup}
+
         def since(step):
-            t = self._startup.get(step)
+            t = marks.get(step)
             return None if t is None else t - self.t_process_start
 
-        learners = [final["results"].get("startup") or {} for final in self._final]
+        learners = [final["results"].get("startup") or {} for final in self._finals]
 
         def every(key):
             values = [s.get(key) for s in learners]
@@ -339,31 +335,9 @@ class Run:
         return {"import_s": since("import"), "checked_s": since("checked"), "cluster_s": since("cluster"),
                 "learner_built_s": every("learner_built_s"), "first_chunk_s": every("first_chunk_s")}
 
-    def _controller_final(self, settle_s: float = 5.0) -> dict:
-        # cancelled explorer tasks return their credits when the scheduler forgets them
-        def in_flight(state):
-            return sum(g["chunks_in_flight"] for g in state.get("groups", [state]))
-
-        deadline = time.time() + settle_s
-        state = self.controller_state(history=True)
-        while in_flight(state) and time.time() < deadline:
-            time.sleep(0.05)
-            state = self.controller_state(history=True)
-        return state
-
-    @property
-    def shares_cluster(self) -> bool:
-        """Placed on a cluster that other runs use at the same time (a sweep)."""
-        return self.learner_worker is not None or self.explorer_hosts is not None
-
     def close(self) -> None:
-        if self._single is None and self.client is not None and self._learners and not self._ended:
-            self._ended = True
-            supervise.end(self)
-        if self._opened is not None:
-            self._opened.close()
-            self._opened = None
-            self.client = self.cluster = None
+        if self._backend is not None:
+            self._backend.close()
 
     def __enter__(self):
         return self

@@ -10,8 +10,19 @@ from pathlib import Path
 from tianji_dask.errors import PipelineError
 from tianji_dask.sweeps import report
 from tianji_dask.sweeps.space import Param, check_space, parse_param
-from tianji_dask.sweeps.study import (OBJECTIVES, REPORTS, Active, finished_count, live_value, make_pruner,
-                                     make_sampler, objective_value, open_study, stop_quietly, watch)
+from tianji_dask.sweeps.study import (
+    OBJECTIVES,
+    REPORTS,
+    Active,
+    finished_count,
+    live_value,
+    make_pruner,
+    make_sampler,
+    objective_value,
+    open_study,
+    stop_quietly,
+    watch,
+)
 
 POLL_S = 0.5
 

@@ -119,7 +119,7 @@ def _launch(m: Member, base, client, out: Path, emit, checkpoint_path: str | Non
 
 def _exploit(members, params, objective, quantile, rng, base, client, out, lineage, t0, emit) -> None:
     """The bottom quantile of the members still training takes a top member's checkpoint."""
-    from tianji_dask import checkpoint
+    from tianji_dask.core import checkpoint
 
     running = sorted((m for m in members if not m.done.is_set() and m.status), key=lambda m: m.score(objective))
     n = max(1, int(len(running) * quantile))

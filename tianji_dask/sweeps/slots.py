@@ -22,8 +22,13 @@ class SweepCluster:
     any trial starts, when it cannot host them."""
 
     def __init__(self, pipeline, concurrent: int):
-        from tianji_dask.cluster import check_roles, default_explorer_workers, open_cluster, stop_active_memory_manager
-        from tianji_dask.run.supervise import learner_workers
+        from tianji_dask.launch.cluster import (
+            check_roles,
+            default_explorer_workers,
+            open_cluster,
+            stop_active_memory_manager,
+        )
+        from tianji_dask.run.dask_backend import learner_workers
 
         kind, k = pipeline.cluster.kind, concurrent
         per_slot = pipeline.cluster.explorer_workers or max(1, default_explorer_workers(pipeline.explorers) // k)

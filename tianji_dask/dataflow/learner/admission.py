@@ -11,7 +11,13 @@ the scheduler no request per update.
 from __future__ import annotations
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.messages import Consumption, ControllerParams, CycleReply, Progress, consumptions_to_wire
+from tianji_dask.dataflow.messages import (
+    Consumption,
+    ControllerParams,
+    CycleReply,
+    Progress,
+    consumptions_to_wire,
+)
 
 
 class AdmissionClient:

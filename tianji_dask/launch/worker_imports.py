@@ -7,7 +7,7 @@ Imports only: a thread started here (a torch op's thread pool) would not survive
 import atexit
 import os
 
-from tianji_dask.forkserver import MARK
+from tianji_dask.launch.forkserver import MARK
 
 if os.environ.pop(MARK, None):  # the forkserver itself (its children never see it)
     # it exits when the process that started it does; its teardown (a garbage collection over
@@ -20,9 +20,9 @@ import distributed.protocol.numpy  # noqa: E402, F401 - how chunks and weights t
 import gymnasium.envs.classic_control  # noqa: E402, F401 - the bundled small envs
 import torch  # noqa: E402, F401
 
-from tianji_dask import worker_preload  # noqa: E402, F401 - dask's worker preload
 from tianji_dask.algos import algorithm_registry  # noqa: E402
 from tianji_dask.dataflow import explorer, reducer  # noqa: E402, F401 - the env pool, explore_chunk, the reducer actor
 from tianji_dask.dataflow.learner import actor  # noqa: E402, F401 - the learner actor
+from tianji_dask.launch import worker_preload  # noqa: E402, F401 - dask's worker preload
 
 algorithm_registry()  # imports every algorithm's module

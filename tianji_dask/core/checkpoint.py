@@ -14,15 +14,15 @@ from __future__ import annotations
 import errno
 import os
 import random
-import shutil
 import re
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tianji_dask.config import PipelineError
+from tianji_dask.errors import PipelineError
 
 FORMAT = 1
 NAME = re.compile(r"^ckpt-(\d{9})\.pt$")

@@ -1,20 +1,12 @@
-"""The ``tianji-dask`` command."""
+"""The ``tianji-dask`` command line: its flags and subcommands, and the pipeline fields they set."""
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import math
-import os
 import re
-import sys
 
-from tianji_dask.errors import PipelineError, RunFault  # not config: it imports torch, and the CLI starts first
-
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-EXIT_TERMINATED = 143  # as a shell reports a process ended by SIGTERM
+from tianji_dask.cli.signals import EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,7 +63,7 @@ class _Override(argparse.Action):
         namespace.overrides = [*(getattr(namespace, "overrides", None) or ()), *settings.items()]
 
 
-def _overrides(args) -> dict:
+def overrides(args) -> dict:
     """The pipeline fields the flags set, in command-line order (the later setting of a field wins)."""
     overrides: dict = {}
     for key, value in getattr(args, "overrides", None) or ():
@@ -154,158 +146,3 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     show.add_argument("--set", type=_setting, metavar="KEY=VALUE", help=SET_HELP, action=_Override, fields=lambda kv: dict([kv]))
     return parser
-
-
-def cmd_pipelines(args) -> int:
-    from tianji_dask.config import bundled_pipelines
-
-    rows = [(r["name"], r["env_id"] or "-", r["algo"] or "-", "-" if r["target_return"] is None else f"{r['target_return']:g}")
-            for r in bundled_pipelines()]
-    header = ("name", "env id", "algorithm", "target return")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
-    return 0
-
-
-def cmd_eval(args) -> int:
-    from tianji_dask.evaluate import evaluate
-
-    ev = evaluate(args.run_dir, checkpoint_path=args.checkpoint, episodes=args.episodes, seed=args.seed,
-                  video_dir=args.video)
-    print(f"tianji-dask: {len(ev.returns)} episodes, deterministic policy of {ev.checkpoint} (version {ev.version}): "
-          f"mean return {ev.mean:.2f} ± {ev.std:.2f}")
-    print("tianji-dask: returns " + ", ".join(f"{r:.1f}" for r in ev.returns))
-    for video in ev.videos:
-        print(f"tianji-dask: video {video}")
-    return 0
-
-
-def cmd_replay(args) -> int:
-    from tianji_dask.replay import ReplayMismatch, replay
-
-    try:
-        done = replay(args.run_dir)
-    except ReplayMismatch as err:
-        print(f"tianji-dask: replay diverged: {err}", file=sys.stderr)
-        return 1
-    print(f"tianji-dask: replayed {done.chunks:,} chunks and {done.updates:,} updates in one process: "
-          f"final weights sha256 {done.digest}")
-    if not done.same:
-        print(f"tianji-dask: replay diverged: the run recorded {done.expected}", file=sys.stderr)
-        return 1
-    print("tianji-dask: the same as the run recorded (results.json final_weights_sha256)")
-    return 0
-
-
-def cmd_show(args) -> int:
-    from tianji_dask.config import load_pipeline, pipeline_yaml
-
-    print(pipeline_yaml(load_pipeline(args.pipeline, overrides=_overrides(args))), end="")
-    return 0
-
-
-def cmd_plot(args) -> int:
-    from tianji_dask.observe.plots import RunDirError, load_run, write_plots
-
-    try:
-        runs = [load_run(d) for d in args.run_dirs]
-    except RunDirError as err:
-        print(f"tianji-dask: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    out = args.out or str(runs[0]["dir"] / "plots")
-    for path in write_plots(runs, out):
-        print(f"tianji-dask: wrote {path}")
-    return 0
-
-
-def main(argv=None) -> int:
-    """The CLI. Run as the program (``argv`` None), it ends the process as soon as every exit
-    handler has run (see ``_exit_now``)."""
-    if argv is not None:
-        return _command(argv)
-    atexit.register(_exit_now)  # the first registered runs last, after every other exit handler
-    _exit_now.code = _command(None)
-    return _exit_now.code
-
-
-def _exit_now() -> None:
-    """Skip what would follow the exit handlers: Python's teardown (a full garbage collection
-    over every object torch and bokeh made) and torch's C++ destructors, seconds on a small
-    machine, with the results written, the cluster closed and nothing left to free."""
-    code = getattr(_exit_now, "code", None)
-    if code is None:  # main raised: the usual exit, with its traceback
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _keep_traceback() -> str:
-    """Write the exception being handled to ``error.txt`` in the run's folder, or a temporary
-    file when the run has none; returns where."""
-    import tempfile
-    import traceback
-
-    text = traceback.format_exc()
-    out = _keep_traceback.run_out
-    if out is not None and os.path.isdir(out):
-        with contextlib.suppress(OSError):
-            path = os.path.join(out, "error.txt")
-            with open(path, "w") as fh:
-                fh.write(text)
-            return path
-    fd, path = tempfile.mkstemp(prefix="tianji-dask-error-", suffix=".txt")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    return path
-
-
-_keep_traceback.run_out = None
-
-
-def _command(argv) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command in ("train", "resume"):
-            from tianji_dask.cli_train import SigTerm, cmd_resume, cmd_train
-
-            with SigTerm.handled():
-                return (cmd_train if args.command == "train" else cmd_resume)(args)
-        if args.command == "sweep":
-            from tianji_dask.cli_sweep import cmd_sweep
-            from tianji_dask.cli_train import SigTerm
-
-            with SigTerm.handled():  # SIGTERM stops the running trials as Ctrl-C does
-                return cmd_sweep(args, _overrides(args))
-        if args.command == "plot":
-            return cmd_plot(args)
-        if args.command == "pipelines":
-            return cmd_pipelines(args)
-        if args.command == "show":
-            return cmd_show(args)
-        if args.command == "eval":
-            return cmd_eval(args)
-        if args.command == "replay":
-            return cmd_replay(args)
-    except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
-        print(f"tianji-dask: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except RunFault as err:
-        print(f"tianji-dask: error: {err}", file=sys.stderr)
-        return 1
-    except Exception as err:  # noqa: BLE001 - a fault with no line of its own: one line, its traceback in a file
-        first = (str(err).strip().splitlines() or [""])[0][:300]
-        print(f"tianji-dask: error: {type(err).__name__}: {first} (traceback: {_keep_traceback()})", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop
-        from tianji_dask.cli_train import SigTerm
-
-        print("tianji-dask: interrupted" + (" (SIGTERM)" if SigTerm.received else ""), file=sys.stderr)
-        return EXIT_TERMINATED if SigTerm.received else EXIT_INTERRUPTED
-    return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -143,7 +143,7 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     ``dashboard_later`` the scheduler's HTTP server takes ``dashboard_address`` but the dashboard
     is built by ``serve_dashboard``: importing bokeh is a large part of a start, and a run does
     it once its learner runs."""
-    from tianji_dask import forkserver
+    from tianji_dask.launch import forkserver
     from tianji_dask.observe.dashboard import install
 
     # workers fork from a process that has imported torch and gymnasium once (the CLI started it early)
@@ -159,7 +159,7 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
     template = dask_internals.worker_template(cluster)
     # a terminal's Ctrl-C is for the driver, which stops the run cleanly (see worker_preload)
-    template["options"]["preload"] = ["tianji_dask.worker_preload"]
+    template["options"]["preload"] = ["tianji_dask.launch.worker_preload"]
     specs = {}
     for i in range(learner_workers):
         learner = copy.deepcopy(template)

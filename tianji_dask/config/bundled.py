@@ -11,7 +11,11 @@ from tianji_dask.errors import PipelineError
 
 
 def bundled_pipelines_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "pipelines"
+    """Inside the package when installed from a wheel (``setup.py`` copies them there); the
+    top-level ``pipelines/`` of a source checkout or an editable install."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "pipelines"
+    return installed if installed.is_dir() else package.parent / "pipelines"
 
 
 def resolve_pipeline_path(path: str | os.PathLike) -> Path:

@@ -3,14 +3,12 @@ progress, Ctrl-C and SIGTERM, and the lines printed when it ends."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-import threading
 import time
 import warnings
 
-from tianji_dask.cli import EXIT_TERMINATED, _keep_traceback, _overrides
+from tianji_dask.cli.parser import overrides
+from tianji_dask.cli.signals import EXIT_TERMINATED, Invocation
 from tianji_dask.errors import PipelineError
 
 
@@ -65,25 +63,24 @@ class _Progress:
             self.live.__exit__(*exc)
 
 
-def _start_workers_early(overrides: dict) -> float:
+def _start_workers_early(settings: dict) -> float:
     """Start the process an embedded cluster's workers fork from now, so that it imports torch
     and gymnasium while this one imports them and checks the pipeline (see forkserver.py); a
     pipeline file that names single mode or another cluster leaves it idle. Returns when the CLI
     was ready: its own imports done, its arguments parsed."""
     t_ready = time.time()
-    if overrides.get("mode") != "single" and overrides.get("cluster.kind", "local") == "local":
-        from tianji_dask import forkserver
+    if settings.get("mode") != "single" and settings.get("cluster.kind", "local") == "local":
+        from tianji_dask.launch import forkserver
 
         forkserver.start()
     return t_ready
 
 
-def cmd_train(args) -> int:
-    t_ready = _start_workers_early(_overrides(args))
+def cmd_train(args, invocation: Invocation) -> int:
+    t_ready = _start_workers_early(overrides(args))
     from tianji_dask.run import Run
 
-    run = Run(args.pipeline, out=args.out, overrides=_overrides(args))
-    run._startup["import"] = t_ready
+    run = Run(args.pipeline, out=args.out, overrides=overrides(args), imported_at=t_ready)
     p = run.pipeline
     explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
     groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
@@ -91,62 +88,21 @@ def cmd_train(args) -> int:
     if p.simulated():
         print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
               f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
-    return _train(run, args.quiet, args.verbose)
+    return _train(run, invocation, args.quiet, args.verbose)
 
 
-def cmd_resume(args) -> int:
-    overrides = _overrides(args)
-    fixed = [k for k in overrides if k in ("env", "env.id", "algo", "algo.name", "groups")]
+def cmd_resume(args, invocation: Invocation) -> int:
+    settings = overrides(args)
+    fixed = [k for k in settings if k in ("env", "env.id", "algo", "algo.name", "groups")]
     if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
         raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
                             "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
-    t_ready = _start_workers_early(overrides)
+    t_ready = _start_workers_early(settings)
     from tianji_dask.run import Run
 
-    run = Run.resume(args.run_dir, overrides=overrides)
-    run._startup["import"] = t_ready
-    print(f"tianji-dask: resuming {run.pipeline.name} from {run._resume_from}", flush=True)
-    return _train(run, args.quiet, args.verbose)
-
-
-class SigTerm:
-    """SIGTERM (a batch system's time limit or cancel, ``kill``) is Ctrl-C: the first one stops
-    the run cleanly, one while the run starts or stops gives up; the exit code says it came."""
-
-    received = False
-    #: while the run trains, the stop waits for the next status poll (``on_status``): raised inside
-    #: a client call, KeyboardInterrupt makes distributed's ``sync`` log a traceback
-    deferred = False
-
-    def __call__(self, signum, frame):
-        SigTerm.received = True
-        if not SigTerm.deferred:
-            raise KeyboardInterrupt
-
-    @classmethod
-    def checked(cls, on_status):
-        """``on_status``, raising KeyboardInterrupt first once a SIGTERM has come."""
-        def call(status):
-            if cls.received:
-                cls.deferred = False
-                raise KeyboardInterrupt
-            on_status(status)
-
-        cls.deferred = True
-        return call
-
-    @classmethod
-    @contextlib.contextmanager
-    def handled(cls):
-        cls.received = cls.deferred = False
-        if threading.current_thread() is not threading.main_thread():  # only there may handlers be set
-            yield
-            return
-        previous = signal.signal(signal.SIGTERM, cls())
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+    run = Run.resume(args.run_dir, overrides=settings, imported_at=t_ready)
+    print(f"tianji-dask: resuming {run.pipeline.name} from {', '.join(run.resume_from)}", flush=True)
+    return _train(run, invocation, args.quiet, args.verbose)
 
 
 def _dashboard_port_moved(run) -> tuple[int, int] | None:
@@ -160,8 +116,9 @@ def _dashboard_port_moved(run) -> tuple[int, int] | None:
     return (wanted, taken) if wanted and taken and taken != wanted else None
 
 
-def _train(run, quiet: bool, verbose: bool = False) -> int:
-    _keep_traceback.run_out = str(run.out)
+def _train(run, invocation: Invocation, quiet: bool, verbose: bool = False) -> int:
+    invocation.run_out = str(run.out)
+    sigterm = invocation.sigterm
     try:
         with warnings.catch_warnings():
             # distributed warns, with a source line, when the dashboard port is taken; one line below says it
@@ -171,7 +128,7 @@ def _train(run, quiet: bool, verbose: bool = False) -> int:
         run.close()
         raise
     except Exception:
-        if not SigTerm.received:
+        if not sigterm.received:
             raise
         run.close()  # a batch system's SIGTERM reaches the starting workers too: the start failed because of it
         raise KeyboardInterrupt from None
@@ -183,9 +140,9 @@ def _train(run, quiet: bool, verbose: bool = False) -> int:
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
     with _Progress(run, quiet) as progress:
         try:
-            results = run.wait(on_status=SigTerm.checked(progress))
+            results = run.wait(on_status=sigterm.checked(progress))
         except KeyboardInterrupt:
-            if SigTerm.received:
+            if sigterm.received:
                 print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)
             run.stop()
             results = run.wait()
@@ -208,7 +165,7 @@ def _train(run, quiet: bool, verbose: bool = False) -> int:
     print(f"tianji-dask: results {run.results_path}")
     if verbose:
         _print_timings(run)
-    if SigTerm.received:
+    if sigterm.received:
         print(f"tianji-dask: stopped by SIGTERM; `tianji-dask resume {run.out}` continues it", flush=True)
         return EXIT_TERMINATED
     return 1 if results.get("error") else 0

@@ -6,7 +6,7 @@ import threading
 
 from tianji_dask.core.learner_core import Final, LearnerCore
 from tianji_dask.core.spec import CoreSpec
-from tianji_dask.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout
 
 
 class SingleProcessRun:
@@ -16,7 +16,7 @@ class SingleProcessRun:
                  env_kwargs_for, seed: int, step_cost_for=None):
         """``env_kwargs_for(explorer_id)``: the gymnasium kwargs of that explorer's envs;
         ``step_cost_for(explorer_id)``: its simulated cost (``simulate.StepCost``)."""
-        from tianji_dask.simulate import StepCostClock
+        from tianji_dask.envs.simulate import StepCostClock
 
         self.core = LearnerCore(core)
         self.chunk_steps = chunk_steps

@@ -17,8 +17,11 @@ import threading
 
 import gymnasium as gym
 
-from tianji_dask.marl_envs import ParallelVecEnv, check_parallel_env_id, is_parallel_env_id
-
+from tianji_dask.envs.marl import (
+    ParallelVecEnv,
+    check_parallel_env_id,
+    is_parallel_env_id,
+)
 
 REGISTER_ALLOWED = ("'module:callable', a function of an importable module that registers gymnasium ids, "
                     "called with no arguments (e.g. minatar.gym:register_envs)")

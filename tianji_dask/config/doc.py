@@ -1,7 +1,7 @@
 """The pipeline reference: every section and field of a pipeline, rendered as markdown from the
 pydantic models in ``tianji_dask.config`` and the algorithms' config models.
 
-    python -m tianji_dask.config_doc > docs/configuration.md
+    python -m tianji_dask.config.doc > docs/configuration.md
 
 Types, defaults and ranges (``ge``/``gt``/``le``/``lt``) come from ``model_fields``; a field's
 text is its ``description``, or else the ``#:`` comment above it in the model's source.
@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 from tianji_dask.algos import algorithm_registry
 from tianji_dask.config import Pipeline
 
-REGENERATE = "python -m tianji_dask.config_doc > docs/configuration.md"
+REGENERATE = "python -m tianji_dask.config.doc > docs/configuration.md"
 _BOUNDS = ((at.Ge, "ge", "≥"), (at.Gt, "gt", ">"), (at.Le, "le", "≤"), (at.Lt, "lt", "<"))
 
 

@@ -1,4 +1,4 @@
-"""Pipelines: YAML files validated into typed models.
+"""The sections of a pipeline (env, algo, stop, controller, learner, cluster, ...) as typed models.
 
 Every error a user can cause here becomes one ``PipelineError`` line naming the field and what
 is allowed; the CLI prints it and exits 2 before anything starts or is written.
@@ -6,23 +6,24 @@ is allowed; the CLI prints it and exits 2 before anything starts or is written.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tianji_dask import addresses
 from tianji_dask.algos import algorithm_registry
-from tianji_dask.bundled import bundled_pipelines, bundled_pipelines_dir, resolve_pipeline_path  # noqa: F401 - config's API
+from tianji_dask.config import addresses
+from tianji_dask.config.bundled import (  # noqa: F401 - config's API
+    bundled_pipelines,
+    bundled_pipelines_dir,
+    resolve_pipeline_path,
+)
 from tianji_dask.errors import PipelineError
-from tianji_dask.validation_errors import one_line
 
 Mode = Literal["relaxed", "lockstep", "single"]
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
@@ -30,7 +31,7 @@ class _Strict(BaseModel):
 warnings.filterwarnings("ignore", 'Field name "register" in "EnvConfig" shadows', UserWarning)
 
 
-class EnvConfig(_Strict):
+class EnvConfig(StrictModel):
     id: str = Field(description="gymnasium environment id, e.g. CartPole-v1")
     register: str | None = Field(None, description="'module:callable' called with no arguments, in every process that makes "
                                  "envs, before env.id is checked or made: a third-party env's id registration, e.g. "
@@ -47,7 +48,7 @@ class EnvConfig(_Strict):
 
     @model_validator(mode="after")
     def _register(self):
-        from tianji_dask.envs import register, with_register
+        from tianji_dask.envs.vector import register, with_register
 
         try:
             register(self.register)  # here, in the driver; the other processes, before they make envs
@@ -57,7 +58,7 @@ class EnvConfig(_Strict):
         return self
 
 
-class AlgoSection(_Strict):
+class AlgoSection(StrictModel):
     name: str
     config: dict[str, Any] = Field(default_factory=dict)
 
@@ -70,7 +71,7 @@ class AlgoSection(_Strict):
         return name
 
 
-class StopConfig(_Strict):
+class StopConfig(StrictModel):
     target_return: float | None = Field(None, description="solved when the running mean reaches it")
     window: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100)")
     max_env_steps: int | None = Field(None, ge=1)
@@ -89,7 +90,7 @@ class StopConfig(_Strict):
         return self
 
 
-class EvalConfig(_Strict):
+class EvalConfig(StrictModel):
     """Evaluation during training: episodes played apart, on explorer workers, with the newest
     published weights; never trained on, holding no window credit."""
 
@@ -105,7 +106,7 @@ class EvalConfig(_Strict):
         return self
 
 
-class ControllerConfig(_Strict):
+class ControllerConfig(StrictModel):
     """Admission of explorer work (docs/design.md, "Credits and the window law").
 
     Without ``staleness_target`` the window of chunks in flight is fixed. With it, the window
@@ -135,7 +136,7 @@ class ControllerConfig(_Strict):
         return self
 
 
-class LearnerConfig(_Strict):
+class LearnerConfig(StrictModel):
     publish_every: int = Field(1, ge=1, description="publish weights every K versions")
     updates_per_pass: int | Literal["ln_explorers"] = Field(
         1, description="updates between looks at the stream (TianJi: 1, or round(ln A) for A explorers)")
@@ -163,14 +164,14 @@ class LearnerConfig(_Strict):
         return device
 
 
-class BalanceConfig(_Strict):
+class BalanceConfig(StrictModel):
     """TianJi's balance helper for A explorers: chunk = C / A vector steps, publish every K0 / A."""
 
     chunk_steps_total: int = Field(ge=1, description="C: vector steps per chunk summed over explorers")
     publish_every_total: int = Field(ge=1, description="K0: publish interval (versions) for one explorer")
 
 
-class CheckpointConfig(_Strict):
+class CheckpointConfig(StrictModel):
     """Full checkpoints in RUN_DIR/checkpoints (on the learner's machine), for ``tianji-dask resume``."""
 
     enabled: bool = True
@@ -180,7 +181,7 @@ class CheckpointConfig(_Strict):
     replay: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills its warm-up")
 
 
-class ReduceConfig(_Strict):
+class ReduceConfig(StrictModel):
     """Group mode: how the groups' learners are fused into one model (TianJi's root reducer)."""
 
     every: int | None = Field(None, ge=1, description="learner updates between fusions; default: 16 for off-policy "
@@ -189,17 +190,17 @@ class ReduceConfig(_Strict):
                                  "explorer work again; default: on for on-policy algorithms, off (asynchronous) otherwise")
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(StrictModel):
     tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
 
 
-class LearnerJobConfig(_Strict):
+class LearnerJobConfig(StrictModel):
     cores: int = Field(1, ge=1, description="cores of the learner's job")
     memory: str = Field("4GiB", description="memory of the learner's job, e.g. 8GiB")
     job_extra_directives: list[str] = Field(default_factory=list, description="extra #SBATCH/#PBS lines, e.g. --gres=gpu:1")
 
 
-class JobQueueConfig(_Strict):
+class JobQueueConfig(StrictModel):
     """Explorers as an adaptive pool of batch jobs; the learner in a job of its own."""
 
     queue: str | None = Field(None, description="partition (Slurm) or queue (PBS)")
@@ -225,13 +226,13 @@ class JobQueueConfig(_Strict):
         return self
 
 
-class TLSFiles(_Strict):
+class TLSFiles(StrictModel):
     ca_file: str = Field(description="certificate authority (PEM)")
     cert: str = Field(description="this side's certificate (PEM)")
     key: str = Field(description="its private key (PEM)")
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(StrictModel):
     kind: Literal["local", "address", "slurm", "pbs"] = "local"
     address: str | None = None
     explorer_workers: int | None = Field(None, ge=1, le=1024, description="local explorer worker processes")
@@ -261,184 +262,3 @@ class ClusterConfig(_Strict):
         if self.kind == "address" and self.security == "temporary":
             raise ValueError("security 'temporary' only works for a cluster started here; give certificate files")
         return self
-
-
-class Pipeline(_Strict):
-    name: str = "run"
-    env: EnvConfig
-    algo: AlgoSection
-    mode: Mode = "relaxed"
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    explorers: int = Field(2, ge=1, le=4096, description="explorer streams (each a vector env)")
-    chunk_steps: int = Field(64, ge=1, le=1_000_000, description="vector steps per chunk")
-    groups: int = Field(1, ge=1, le=256, description="learner groups, each a learner with `explorers` explorer streams "
-                        "of its own; their models are averaged every reduce.every updates")
-    reduce: ReduceConfig = Field(default_factory=ReduceConfig, description="group mode: model fusion")
-    stop: StopConfig
-    controller: ControllerConfig = Field(default_factory=ControllerConfig)
-    learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
-    eval: EvalConfig | None = Field(None, description="evaluation during training (relaxed and lockstep modes, one group)")
-
-    @model_validator(mode="after")
-    def _eval(self):
-        if self.eval is not None and (self.mode == "single" or self.groups > 1):
-            raise PipelineError("eval: runs on explorer workers beside one learner; allowed: mode relaxed or lockstep, groups 1")
-        if self.stop.on == "eval" and (self.eval is None or self.stop.target_return is None):
-            raise PipelineError("stop.on: 'eval' solves on evaluations; give an eval section and stop.target_return")
-        return self
-
-    @model_validator(mode="after")
-    def _balance(self):
-        if self.balance is None:
-            return self
-        if "chunk_steps" in self.model_fields_set or "publish_every" in self.learner.model_fields_set:
-            raise PipelineError("balance: derives chunk_steps and learner.publish_every; give either balance or those, not both")
-        a = self.explorers
-        # assignment re-runs validators; set through __dict__ to avoid recursion
-        self.__dict__["chunk_steps"] = max(1, round(self.balance.chunk_steps_total / a))
-        self.learner.__dict__["publish_every"] = max(1, round(self.balance.publish_every_total / a))
-        return self
-
-    @model_validator(mode="after")
-    def _groups(self):
-        if self.groups > 1 and self.mode == "single":
-            raise PipelineError("groups: single mode runs one learner in one process; use mode relaxed or lockstep "
-                                f"for {self.groups} groups")
-        return self
-
-    @model_validator(mode="after")
-    def _explorer_kwargs(self):
-        from tianji_dask.simulate import KEYS
-
-        bad = [i for i in self.env.explorer_kwargs if not 0 <= i < self.explorers]
-        if bad:
-            raise PipelineError(f"env.explorer_kwargs: explorer {bad[0]} does not exist; allowed 0..{self.explorers - 1}")
-        for i, kwargs in self.env.explorer_kwargs.items():
-            for key in KEYS:
-                value = kwargs.get(key, 0.0)
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= (60_000 if key == "step_cost_ms" else 10):
-                    raise PipelineError(f"env.explorer_kwargs.{i}.{key}: must be a number >= 0 (got {value!r})")
-        return self
-
-    def env_kwargs_for(self, explorer_id: int) -> dict:
-        """Gymnasium kwargs of explorer stream ``explorer_id`` (streams are numbered across groups:
-        group g owns g x explorers ... (g + 1) x explorers - 1; explorer_kwargs are per group)."""
-        from tianji_dask.simulate import KEYS
-
-        merged = {**self.env.kwargs, **self.env.explorer_kwargs.get(explorer_id % self.explorers, {})}
-        return {k: v for k, v in merged.items() if k not in KEYS}
-
-    def step_cost_for(self, explorer_id: int):
-        """Stream ``explorer_id``'s simulated cost (``simulate.StepCost``; false when none)."""
-        from tianji_dask.simulate import StepCost
-
-        own = self.env.explorer_kwargs.get(explorer_id % self.explorers, {})
-        return StepCost(float(own.get("step_cost_ms", self.env.step_cost_ms)),
-                        float(own.get("step_cost_jitter", self.env.step_cost_jitter)))
-
-    def simulated(self) -> dict | None:
-        """What results and the dashboard say of a run whose env steps carry a simulated cost."""
-        costs = {eid: self.step_cost_for(eid) for eid in range(self.explorers * self.groups)}
-        if not any(costs.values()):
-            return None
-        return {"step_cost_ms": self.env.step_cost_ms, "step_cost_jitter": self.env.step_cost_jitter,
-                "per_stream": {eid: {"step_cost_ms": c.ms, "step_cost_jitter": c.jitter} for eid, c in costs.items()
-                               if (c.ms, c.jitter) != (self.env.step_cost_ms, self.env.step_cost_jitter)},
-                "about": "env dynamics, rewards and learning are real; each env step also sleeps its simulated cost"}
-
-    def group_streams(self, group: int) -> list[int]:
-        return list(range(group * self.explorers, (group + 1) * self.explorers))
-
-    @property
-    def updates_per_pass(self) -> int:
-        import math
-
-        u = self.learner.updates_per_pass
-        return max(1, round(math.log(self.explorers))) if u == "ln_explorers" else int(u)
-
-    @model_validator(mode="after")
-    def _algo_config(self):
-        _, cfg_cls = algorithm_registry()[self.algo.name]
-        try:
-            cfg_cls.model_validate(self.algo.config)
-        except ValidationError as err:
-            raise PipelineError(one_line(err, prefix="algo.config", model=cfg_cls)) from None
-        return self
-
-    @property
-    def algo_config(self):
-        _, cfg_cls = algorithm_registry()[self.algo.name]
-        return cfg_cls.model_validate(self.algo.config)
-
-    @property
-    def window(self) -> int:
-        return self.controller.window or self.explorers
-
-
-def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | None = None) -> Pipeline:
-    """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""
-    if not isinstance(data, dict):
-        raise PipelineError(f"{source}: must be a mapping of fields, got {type(data).__name__}")
-    data = _apply_overrides(data, overrides or {})
-    try:
-        pipeline = Pipeline.model_validate(data)
-    except PipelineError:
-        raise
-    except ValidationError as err:
-        raise PipelineError(one_line(err, model=Pipeline, overrides=overrides)) from None
-    from tianji_dask.envs import check_env_id
-
-    try:
-        check_env_id(pipeline.env.id)
-    except ValueError as err:
-        raise PipelineError(f"env.id: {err}") from None
-    return pipeline
-
-
-def _apply_overrides(data: dict, overrides: dict) -> dict:
-    import copy
-
-    data = copy.deepcopy(data)
-    for dotted, value in overrides.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            if node.get(part) is None:  # absent, or null as a resolved pipeline writes an unset section
-                node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
-                raise PipelineError(f"{dotted}: cannot set inside {part!r}, which is not a mapping")
-        node[leaf] = value
-    return data
-
-
-def pipeline_yaml(pipeline: Pipeline) -> str:
-    """The resolved pipeline as YAML that loads back to an equal pipeline (every field, defaults
-    filled in)."""
-    data = pipeline.model_dump(mode="json")
-    if pipeline.balance is not None:  # derived from balance: giving them too is an error
-        data.pop("chunk_steps")
-        data["learner"].pop("publish_every")
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-def load_pipeline(path: str | os.PathLike, overrides: dict | None = None) -> Pipeline:
-    """Load a pipeline YAML file (``yaml.safe_load``) or a bundled pipeline name like
-    ``cartpole_ppo``."""
-    p = resolve_pipeline_path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise PipelineError(f"pipeline: cannot read {str(path)!r}: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "malformed YAML"
-        raise PipelineError(f"pipeline: malformed YAML in {p.name}{where}: {problem}") from None
-    return parse_pipeline(data, source=p.name, overrides=overrides)

@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 
-PRELOAD = ["tianji_dask.worker_imports"]
+PRELOAD = ["tianji_dask.launch.worker_imports"]
 MARK = "TIANJI_DASK_FORKSERVER"  # in the forkserver's environment only (see worker_imports)
 #: ``TIANJI_FORK_WORKERS=0`` spawns a run's workers instead
 SWITCH = "TIANJI_FORK_WORKERS"

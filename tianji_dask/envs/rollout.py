@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from tianji_dask.chunk import make_chunk
-from tianji_dask.envs import make_vec_env
+from tianji_dask.envs.vector import make_vec_env
 
 #: per-step arrays an env reports in its step info that the chunk keeps as extras, zero on reset
 #: steps like the reward (a multi-agent env's per-agent rewards: the team reward is their sum)

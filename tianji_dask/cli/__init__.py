@@ -1,0 +1,77 @@
+"""The ``tianji-dask`` command: ``parser`` reads the flags, ``train`` and ``sweep`` run training,
+``commands`` the small subcommands, ``signals`` how an invocation ends. Nothing heavy is imported
+before a training command starts the process its workers fork from."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+from tianji_dask.cli.parser import build_parser, overrides
+from tianji_dask.cli.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Invocation
+from tianji_dask.errors import PipelineError, RunFault  # not config: it imports torch, and the CLI starts first
+
+
+def main(argv=None) -> int:
+    """The CLI. Run as the program (``argv`` None), it ends the process as soon as every exit
+    handler has run (see ``_exit_now``)."""
+    if argv is not None:
+        return _command(argv)
+    atexit.register(_exit_now)  # the first registered runs last, after every other exit handler
+    _exit_now.code = _command(None)
+    return _exit_now.code
+
+
+def _exit_now() -> None:
+    """Skip what would follow the exit handlers: Python's teardown (a full garbage collection
+    over every object torch and bokeh made) and torch's C++ destructors, seconds on a small
+    machine, with the results written, the cluster closed and nothing left to free."""
+    code = getattr(_exit_now, "code", None)
+    if code is None:  # main raised: the usual exit, with its traceback
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _command(argv) -> int:
+    args = build_parser().parse_args(argv)
+    invocation = Invocation()
+    try:
+        with invocation.sigterm.handled():
+            return _dispatch(args, invocation)
+    except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
+        print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunFault as err:
+        print(f"tianji-dask: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - a fault with no line of its own: one line, its traceback in a file
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        print(f"tianji-dask: error: {type(err).__name__}: {first} (traceback: {invocation.keep_traceback()})",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop
+        received = invocation.sigterm.received
+        print("tianji-dask: interrupted" + (" (SIGTERM)" if received else ""), file=sys.stderr)
+        return EXIT_TERMINATED if received else EXIT_INTERRUPTED
+
+
+def _dispatch(args, invocation: Invocation) -> int:
+    if args.command in ("train", "resume"):
+        from tianji_dask.cli.train import cmd_resume, cmd_train
+
+        return (cmd_train if args.command == "train" else cmd_resume)(args, invocation)
+    if args.command == "sweep":  # SIGTERM stops the running trials as Ctrl-C does
+        from tianji_dask.cli.sweep import cmd_sweep
+
+        return cmd_sweep(args, overrides(args))
+    from tianji_dask.cli import commands
+
+    return {"plot": commands.cmd_plot, "pipelines": commands.cmd_pipelines, "show": commands.cmd_show,
+            "eval": commands.cmd_eval, "replay": commands.cmd_replay}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
