@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tianji_dask.algos import algorithm_registry
-from tianji_dask.config import addresses
+from tianji_dask.config.addresses import listen_address, scheduler_address
 from tianji_dask.config.bundled import (  # noqa: F401 - config's API
     bundled_pipelines,
     bundled_pipelines_dir,
@@ -246,14 +246,14 @@ class ClusterConfig(StrictModel):
     @field_validator("address")
     @classmethod
     def _scheduler_address(cls, v):
-        return None if v is None else addresses.scheduler_address(v)
+        return None if v is None else scheduler_address(v)
 
     @field_validator("dashboard_address", mode="before")
     @classmethod
     def _dashboard_address(cls, v):
         if isinstance(v, int) and not isinstance(v, bool):
             v = f":{v}"  # a bare port, as YAML reads 8787
-        return addresses.listen_address(v) if isinstance(v, str) else v
+        return listen_address(v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _address(self):
