@@ -4,6 +4,7 @@ bundled pipeline from a folder far from the source tree."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,8 +23,11 @@ def _run(cmd, **kwargs):
 
 @pytest.mark.slow
 def test_the_wheel_installed_elsewhere_trains_a_bundled_pipeline(tmp_path):
+    source = tmp_path / "source"  # setuptools builds inside the source tree: a copy keeps the checkout clean
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", ".peers-venv", "build", "dist", "runs",
+                                                               "artifacts", "*.egg-info", "__pycache__", "benchmarks"))
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, ROOT])
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, source])
     wheel, = dist.glob("tianji_dask-*.whl")
     fresh = tmp_path / "fresh"
     _run([sys.executable, "-m", "venv", "--without-pip", fresh])

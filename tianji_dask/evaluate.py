@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tianji_dask.envs.play import DETERMINISTIC, play_episodes
 from tianji_dask.errors import PipelineError
 
-DETERMINISTIC = {"greedy": True, "epsilon": 0.0}
-MAX_EPISODE_STEPS = 1_000_000  # an env without a time limit would play for ever
 
 
 @dataclass
@@ -44,14 +43,6 @@ def _video_writer():
     except ImportError:
         raise PipelineError("--video: needs imageio and imageio-ffmpeg (pip install 'tianji-dask[video]')") from None
     return imageio
-
-
-def _frame(rendered) -> np.ndarray:
-    """One RGB frame from what a one-env vector env's ``render()`` gives (a frame, or one per env)."""
-    if isinstance(rendered, (list, tuple)):
-        rendered = rendered[0]
-    frame = np.asarray(rendered)
-    return frame[0] if frame.ndim == 4 else frame
 
 
 def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike | None = None, episodes: int = 10,
@@ -101,27 +92,3 @@ def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
     finally:
         env.close()
     return out
-
-
-def play_episodes(policy, env, episodes: int, seed: int, explore: dict, on_episode_frames=None) -> tuple[list, list]:
-    """Play ``episodes`` whole episodes on a one-env vector env (env seeds ``seed``, ``seed + 1``,
-    ...); returns (returns, lengths). ``on_episode_frames(episode, frames)``: each episode's
-    rendered frames, from the reset to the step before the last (the env renders ``rgb_array``)."""
-    returns, lengths = [], []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        frames = [_frame(env.render())] if on_episode_frames is not None else None
-        total, steps, done = 0.0, 0, False
-        while not done and steps < MAX_EPISODE_STEPS:
-            actions, _ = policy.act(obs, explore)
-            obs, reward, terminated, truncated, _ = env.step(policy.env_action(actions))
-            total += float(np.sum(reward))
-            steps += 1
-            done = bool(np.any(terminated) or np.any(truncated))
-            if frames is not None and not done:
-                frames.append(_frame(env.render()))
-        returns.append(total)
-        lengths.append(steps)
-        if frames is not None:
-            on_episode_frames(episode, frames)
-    return returns, lengths
