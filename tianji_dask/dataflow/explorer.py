@@ -182,7 +182,7 @@ def evaluate_policy(run_id: str, weights: dict, policy_version: int, episodes: i
     """Play ``episodes`` whole episodes on an env of its own with policy ``policy_version``: an
     evaluation, never trained on. Deterministic: the most likely action, no exploration."""
     from tianji_dask.envs.vector import make_vec_env
-    from tianji_dask.evaluate import DETERMINISTIC, play_episodes
+    from tianji_dask.envs.play import DETERMINISTIC, play_episodes
 
     pool = _pool(get_worker(), run_id)
     policy = pool.make_policy()  # its own: the explorer threads' policies stay at their versions
