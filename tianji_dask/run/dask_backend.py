@@ -187,8 +187,8 @@ class DaskBackend(Backend):
         figures["explorer_memory"] = accounting.explorer_memory(
             self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
         figures["controller"] = self._controller_final()
-        figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
-        figures["cpu"] = accounting.cpu_budget(results, self._cpu0, cpu1)
+        figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, {**results, **figures}, self._task_metrics0)
+        figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
 
     def _controller_final(self, settle_s: float = 5.0) -> dict:
