@@ -302,7 +302,7 @@ def test_sac_replay_pacing_and_state_dict_round_trip_resume_identically():
     while a.ready():
         a.learn()
         n += 1
-    assert n == 6 and a.replay_progress()["samples_trained"] == 48 and a.samples_per_update() == 2
+    assert n == 6 and a.replay_progress()["samples_trained"] == 48
     a.ingest(box_chunk(T=8, N=2, seed=2, done_p=0.0), staleness=0)  # statistics pending
     state = pickle.loads(pickle.dumps(a.state_dict()))
     b = SAC(OBS, BOX, a.config, seed=9)

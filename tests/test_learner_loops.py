@@ -13,8 +13,10 @@ import pytest
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.core.learner_core import LearnerCore
+from tianji_dask.core.metrics import CHUNK_FIELDS
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.stop import StopRules
+from tianji_dask.dataflow.learner.admission import Request
 from tianji_dask.dataflow.learner.lockstep import LockstepLoop
 from tianji_dask.dataflow.learner.relaxed import RelaxedLoop
 from tianji_dask.dataflow.learner.spec import LearnerSpec
@@ -115,7 +117,7 @@ class FakeAdmission:
 
     @property
     def asked(self):
-        return len(self._request[0]) if self._request else 0
+        return len(self._request.want) if self._request else 0
 
     def answered(self):
         return self.waiting
@@ -128,14 +130,14 @@ class FakeAdmission:
 
     def request(self, *, consumed, held, want, version, progress, status):
         self.log.append(("request", tuple(c.key for c in consumed), tuple(k for k, _ in want)))
-        self._request = (want, held)
+        self._request = Request(answer=None, want=want, held=held)
 
     def reply(self):
-        want, held = self._request
-        self._request = None
+        request, self._request = self._request, None
+        want = request.want
         granted = want if self.grant_limit is None else want[: self.grant_limit]
         self.log.append(("reply", tuple(k for k, _ in granted)))
-        return list(granted), held
+        return list(granted), request.held
 
     def final(self, *, consumed, version, progress, status):
         self.log.append(("final", tuple(c.key for c in consumed)))
@@ -162,8 +164,14 @@ def make_loop(strategy, algo="ppo", algo_config=None, *, streams=(0, 1), stop=No
     stream = parts["stream"] = FakeStream(streams, log, core, auto=auto)
     publisher = WeightsPublisher(client=None, worker_address="", tag="t", inline=True)
     admission = parts["admission"] = FakeAdmission(window, log)
-    loop = strategy(spec, core, stream, publisher, admission, None, threading.Event(), lambda s: None)
+    loop = strategy(spec=spec, core=core, stream=stream, publisher=publisher, admission=admission, fusion=None,
+                    stop_event=threading.Event(), on_status=lambda s: None)
     return loop, log
+
+
+def column(rows, name):
+    """A column of the ledger's chunk rows, by its name in CHUNK_FIELDS."""
+    return rows[:, CHUNK_FIELDS.index(name)]
 
 
 def kinds(log, *names):
@@ -217,7 +225,7 @@ def test_consumed_futures_are_released_only_after_the_answer_submits_its_work():
 
 def _passes(loop, n):
     for _ in range(n):
-        loop._pass()
+        loop.step()
 
 
 def test_relaxed_on_policy_consumes_a_chunk_only_when_an_update_takes_it():
@@ -227,11 +235,11 @@ def test_relaxed_on_policy_consumes_a_chunk_only_when_an_update_takes_it():
     assert stream.in_flight == 2
     for key in list(stream.out):
         stream.finish(key)
-    loop._pass()  # both arrive: one is taken by an update, the other waits for the next
-    assert core.ledger.updates == 1 and len(core.ledger.chunk_rows) == 1 and len(loop._pending) == 1
-    loop._pass()  # the waiting one is consumed one version later (staleness 1, still usable)
+    loop.step()  # both arrive: one is taken by an update, the other waits for the next
+    assert core.ledger.updates == 1 and len(core.ledger.chunk_rows) == 1 and loop.chunks_waiting == 1
+    loop.step()  # the waiting one is consumed one version later (staleness 1, still usable)
     rows = core.ledger.chunk_rows.all()
-    assert core.ledger.updates == 2 and list(rows[:, 5]) == [0, 1] and not core.ledger.dropped
+    assert core.ledger.updates == 2 and list(column(rows, "staleness_versions")) == [0, 1] and not core.ledger.dropped
 
 
 def test_on_policy_chunks_too_stale_are_dropped_at_once_and_counted():
@@ -240,9 +248,9 @@ def test_on_policy_chunks_too_stale_are_dropped_at_once_and_counted():
     _passes(loop, 2)
     first, second = list(stream.out)
     stream.finish(first)
-    loop._pass()  # trains on the first: version 1
+    loop.step()  # trains on the first: version 1
     stream.finish(second)
-    loop._pass()  # the second was made by version 0: one version stale, past the lag limit of 0
+    loop.step()  # the second was made by version 0: one version stale, past the lag limit of 0
     assert core.ledger.dropped == {"algorithm": 1} and core.ledger.updates == 1
 
 
@@ -253,7 +261,7 @@ def test_publish_every_k_versions_explorers_act_with_up_to_k_minus_1_old_weights
     versions = sorted({e[2] for e in kinds(log, "submit")})
     assert len(versions) > 2 and all(b - a >= 4 for a, b in zip(versions, versions[1:]))
     rows = loop.core.ledger.chunk_rows.all()
-    lag = rows[:, 2] - rows[:, 3]  # the learner's version at submission - the policy's version
+    lag = column(rows, "submit_version") - column(rows, "policy_version")  # learner at submission - policy
     assert lag.min() >= 0 and lag.max() <= 3 and lag.max() > 0
 
 
@@ -272,8 +280,8 @@ def test_at_stop_waiting_chunks_and_tasks_still_out_are_on_record_as_lost():
     keys = list(loop.stream.out)
     loop.stream.finish(keys[0])
     loop.stream.finish(keys[1])
-    loop._pass()  # one trained on and reported, one waiting; the third still out; one more asked for
-    loop._drain()
+    loop.step()  # one trained on and reported, one waiting; the third still out; one more asked for
+    loop.drain()
     reasons = sorted(lost["reason"] for lost in loop.core.ledger.lost)
     assert reasons == ["cancelled at stop", "cancelled at stop", "received, not trained on at stop"]
     assert kinds(log, "final")[-1][1] == ()  # the consumed one had been reported

@@ -281,9 +281,9 @@ def test_a_stream_leaves_a_worker_as_soon_as_the_controller_says_workers_moved()
         stream = _stream(client, "s6")
         stream.workers_moved(before)
         gone = stream.homes_by_stream()[1]
-        looked_at = stream._homes_at
+        looked_at = stream.homes_looked_up_at
         stream.workers_moved(before)  # the same count: no new look
-        assert stream._homes_at == looked_at
+        assert stream.homes_looked_up_at == looked_at
         cl.sync(cl.workers[next(n for n, w in cl.workers.items() if w.address == gone)].close)
         deadline = time.time() + 30
         while epoch() == before:

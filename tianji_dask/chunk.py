@@ -19,8 +19,6 @@ import numpy as np
 ARRAY_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
 #: scalar stamps every chunk carries
 STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes")
-#: finished episodes, one row each: (t_end [unix s], return, length)
-EPISODE_COLUMNS = ("t_end", "return", "length")
 
 
 #: chunks whose arrays total at most this many bytes travel packed into one buffer (see SampleChunk)
@@ -151,8 +149,3 @@ def validate_chunk(chunk: dict) -> None:
         raise ValueError("chunk.t_end: must not be before t_start")
     if chunk["policy_version"] < 0:
         raise ValueError("chunk.policy_version: must be >= 0")
-
-
-def stamps(chunk: dict) -> dict:
-    """The small, msgpack-friendly part of a chunk (what the controller and results record)."""
-    return {k: chunk[k] for k in STAMP_FIELDS}

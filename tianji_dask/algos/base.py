@@ -28,6 +28,9 @@ class Algorithm(ABC):
     on_policy: bool = False
     #: torch device types the learner side can train on (``learn`` moves its batches there)
     device_types: tuple[str, ...] = ("cpu",)
+    #: checkpoints hold the replay's contents (the run's ``checkpoint.replay`` sets it before each
+    #: write); algorithms that do not replay ignore it
+    include_replay: bool = False
 
     def __init__(self, obs_space, action_space, config: AlgoConfig, seed: int = 0):
         self.obs_space = obs_space
@@ -103,9 +106,10 @@ class Algorithm(ABC):
         """One update. The learner's version goes +1 per call. Returns float metrics, including
         ``samples`` (samples trained on by this call)."""
 
-    def samples_per_update(self) -> int:
-        """How many env steps of fresh data one update needs at most (for the window's lower
-        bound: fewer chunks in flight than one update needs would deadlock)."""
+    def chunks_per_update(self) -> int:
+        """The fewest chunks one update needs: the window's lower bound in relaxed mode, as
+        on-policy chunks hold their credit until trained on and a smaller window deadlocks.
+        1 by default: any chunk can feed an update (e.g. through a replay)."""
         return 1
 
     def replay_progress(self) -> dict | None:

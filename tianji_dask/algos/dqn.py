@@ -105,7 +105,6 @@ class DQN(ReplayPacing, Algorithm):
             self.replay = ReplayBuffer(c.buffer_size, seed=seed + 1)
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
-        self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
 
     # ---- explorer side -------------------------------------------------------------------
     def epsilon(self, progress: int) -> float:

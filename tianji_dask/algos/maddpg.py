@@ -105,7 +105,6 @@ class MADDPG(ReplayPacing, Algorithm):
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self.gumbel = torch.Generator().manual_seed(seed + 2)  # the actor update's Gumbel noise
         self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
-        self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
 
     # ---- explorer side -------------------------------------------------------------------
     def exploration(self, env_steps: int, updates: int) -> dict:

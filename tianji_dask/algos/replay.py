@@ -289,11 +289,3 @@ class ReplayPacing:
 
     def ready(self) -> bool:
         return self.update_credit >= 1.0 and len(self.replay) >= self.config.learning_starts
-
-    def samples_per_update(self) -> int:
-        """Fresh env steps one update needs past the warm-up: 1 / updates_per_env_step."""
-        return max(1, math.ceil(1.0 / self.config.updates_per_env_step))
-
-    def chunks_per_update(self) -> int:
-        """Chunks one update needs at minimum: any chunk feeds the replay."""
-        return 1

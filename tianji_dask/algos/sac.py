@@ -112,7 +112,6 @@ class SAC(ReplayPacing, Algorithm):
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self.noise_rng = np.random.default_rng(seed + 2)  # the learner's reparameterization noise
         self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
-        self.include_replay = False  # set by the run's checkpoint settings (checkpoint.replay)
         self.actor_stats: dict[str, float] = {}  # of the last actor step, reported with every update
 
     # ---- explorer side -------------------------------------------------------------------

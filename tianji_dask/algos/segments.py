@@ -59,7 +59,6 @@ class SegmentActorCritic:
         self.segment_versions: list[int] = []  # their behaviour versions, in our counting
         self.updates = 0
         self.dropped_segments = 0  # beyond max_policy_lag
-        self._steps_per_segment = 0  # largest T x N seen, for samples_per_update()
 
     # ---- explorer side -------------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -112,7 +111,6 @@ class SegmentActorCritic:
             raise ValueError(f"{name}: chunk has no extra_logprob (was it collected by {name}.act?)")
         self.segments.append(chunk)
         self.segment_versions.append(self.updates - staleness)
-        self._steps_per_segment = max(self._steps_per_segment, chunk["rewards"].size)
         return int(chunk["env_steps"])
 
     def _drop_stale(self) -> None:
@@ -144,12 +142,6 @@ class SegmentActorCritic:
     def chunks_per_update(self) -> int:
         """Chunks one update needs: segments_per_batch."""
         return self.config.segments_per_batch
-
-    def samples_per_update(self) -> int:
-        """Env steps one batch holds at most. The segment size is only known once a chunk has
-        arrived; before that this returns segments_per_batch (a count of chunks: prefer
-        ``chunks_per_update()``)."""
-        return self.config.segments_per_batch * max(1, self._steps_per_segment)
 
     def _make_optimizer(self) -> None:
         self.optimizer = Adam(self.net.parameters(), self.config.lr, eps=self.config.adam_eps)

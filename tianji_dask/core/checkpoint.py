@@ -128,8 +128,7 @@ class Checkpointer:
         s = self.settings
         if not s:
             return None
-        if hasattr(algo, "include_replay"):
-            algo.include_replay = s.replay
+        algo.include_replay = s.replay
         state = {"version": version, "algo": algo.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
                  **(extra or {})}
         try:

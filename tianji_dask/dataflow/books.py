@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 
 from tianji_dask.dataflow.law import WindowLaw, replay_gate, samples_needed
 from tianji_dask.dataflow.messages import (
@@ -21,6 +22,22 @@ EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One consumed chunk, as the books saw it. On the wire (``state(history=True)``) a list of
+    these fields in this order, as results have always held it."""
+
+    t: float
+    learner_version: int
+    chunks_in_flight: int
+    window: int
+    staleness_versions: int
+    age_s: float
+
+    def to_wire(self) -> list:
+        return [self.t, self.learner_version, self.chunks_in_flight, self.window, self.staleness_versions, self.age_s]
 
 
 class Books:
@@ -60,8 +77,7 @@ class Books:
         self.age_sum_s = 0.0
         self.age_max_s = 0.0
         self.per_explorer_steps: Counter[int] = Counter()
-        # (t, learner_version, chunks_in_flight, window, staleness_versions, age_s) per consumed chunk
-        self.history: deque[tuple] = deque(maxlen=HISTORY_LEN)
+        self.history: deque[HistoryRow] = deque(maxlen=HISTORY_LEN)  # one per consumed chunk
         # (t, window, target, mean staleness of the period, updates per chunk) at every control step
         self.window_log: deque[tuple] = deque(maxlen=WINDOW_LOG_LEN)
         # the learner's own figures, sent about twice a second: dicts with "t" added
@@ -114,7 +130,8 @@ class Books:
             self.staleness_max = max(self.staleness_max, staleness)
             self.age_sum_s += float(row.age_s)
             self.age_max_s = max(self.age_max_s, float(row.age_s))
-            self.history.append((now, self.learner_version, self.chunks_in_flight, self.window, staleness, float(row.age_s)))
+            self.history.append(HistoryRow(now, self.learner_version, self.chunks_in_flight, self.window, staleness,
+                                           float(row.age_s)))
             staleness_seen.append(staleness)
             dropped_seen += int(bool(row.dropped))
         if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen, dropped_seen):
@@ -220,7 +237,7 @@ class Books:
         }
         out["learner"] = dict(self.learner_series[-1]) if self.learner_series else None
         if history:
-            out["history"] = [list(row) for row in self.history]
+            out["history"] = [row.to_wire() for row in self.history]
             out["window_log"] = [list(row) for row in self.window_log]
             out["learner_series"] = list(self.learner_series)
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 from distributed import WorkerPlugin, get_worker
 from distributed.metrics import context_meter
@@ -28,6 +29,24 @@ def pool_name(run_id: str) -> str:
     """The worker plugin name of a run's pool: one per run, so runs sharing a cluster keep their
     envs apart, and a run's pool goes with it (``Run.close`` unregisters it)."""
     return POOL_PREFIX + run_id
+
+
+@dataclass(frozen=True)
+class DirectRoute:
+    """Where an explorer task sends a chunk of at least ``min_bytes`` straight to the learner
+    (direct.py): the sink's address and secret. A task argument: module-level, so it pickles."""
+
+    address: tuple
+    secret: bytes
+    min_bytes: int
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A thread's policy object for one learner group and the weights version it holds."""
+
+    policy: object
+    version: int = -1
 
 
 def _pool(worker, run_id: str) -> "EnvPool":
@@ -77,7 +96,7 @@ class EnvPool(WorkerPlugin):
     def _make_locks(self) -> None:
         self._lock = threading.Lock()
         self._stream_locks: dict[int, threading.Lock] = {}
-        self._local = threading.local()  # this thread's policies: group -> [policy, version]
+        self._local = threading.local()  # this thread's policies: group -> LoadedPolicy
 
     def __getstate__(self):
         # locks and thread-local policies stay on each worker: the plugin travels without them
@@ -129,12 +148,12 @@ class EnvPool(WorkerPlugin):
             policies = self._local.policies = {}
         entry = policies.get(group)
         if entry is None:
-            entry = policies[group] = [self.make_policy(), -1]
-        if policy_version != entry[1]:
-            entry[0].set_weights(weights)
-            entry[1] = policy_version
+            entry = policies[group] = LoadedPolicy(self.make_policy())
+        if policy_version != entry.version:
+            entry.policy.set_weights(weights)
+            entry = policies[group] = LoadedPolicy(entry.policy, policy_version)
             self._versions[group] = max(self._versions.get(group, -1), policy_version)
-        return entry[0]
+        return entry.policy
 
     def count(self, env_steps: int) -> None:
         with self._lock:
@@ -142,11 +161,10 @@ class EnvPool(WorkerPlugin):
 
 
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
-                  group: int = 0, direct: tuple | None = None) -> dict:
+                  group: int = 0, direct: DirectRoute | None = None) -> dict:
     """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
-    ``policy_version``. With ``direct`` = (sink address, sink secret, min_bytes), a chunk of at
-    least min_bytes goes straight to the learner's sink and the task returns its stub (see
-    direct.py)."""
+    ``policy_version``. With ``direct``, a chunk of at least ``direct.min_bytes`` goes straight
+    to the learner's sink and the task returns its stub (see direct.py)."""
     worker = get_worker()
     pool = _pool(worker, run_id)
     with context_meter.meter("policy-load"):
@@ -167,11 +185,10 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     pool.count(chunk["env_steps"])
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache
-    if direct is not None and chunk["nbytes"] >= direct[-1]:
-        address, secret, _ = direct
+    if direct is not None and chunk["nbytes"] >= direct.min_bytes:
         with context_meter.meter("direct-send"):
             try:
-                return send_chunk(address, worker.get_current_task(), chunk, secret=secret)
+                return send_chunk(direct.address, worker.get_current_task(), chunk, secret=direct.secret)
             except Unencodable:
                 pass  # a value the direct format cannot carry: the chunk goes through Dask
     return chunk

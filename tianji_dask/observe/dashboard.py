@@ -125,13 +125,13 @@ class _Panels:
                 f.title.text = (TITLES[name] + (f" (group 0 of {groups})" if groups > 1 else "")
                                 + (" [simulated env step cost]" if simulated else ""))
         t0 = ctl.t_reset
-        new_hist = _newer(ctl.history, self.t_hist)
+        new_hist = _newer(ctl.history, self.t_hist, key=lambda row: row.t)
         if new_hist:
-            self.t_hist = new_hist[-1][0]
-            ts = [row[0] - t0 for row in new_hist]
-            self.src["staleness"].stream({"t": ts, "staleness": [row[4] for row in new_hist]}, ROLLOVER)
-            self.src["window"].stream({"t": ts, "window": [row[3] for row in new_hist],
-                                       "in_flight": [row[2] for row in new_hist]}, ROLLOVER)
+            self.t_hist = new_hist[-1].t
+            ts = [row.t - t0 for row in new_hist]
+            self.src["staleness"].stream({"t": ts, "staleness": [row.staleness_versions for row in new_hist]}, ROLLOVER)
+            self.src["window"].stream({"t": ts, "window": [row.window for row in new_hist],
+                                       "in_flight": [row.chunks_in_flight for row in new_hist]}, ROLLOVER)
             hist = sorted(ctl.staleness_hist.items())
             self.src["hist"].data = {"left": [k - 0.4 for k, _ in hist], "right": [k + 0.4 for k, _ in hist],
                                      "count": [v for _, v in hist]}
@@ -165,8 +165,9 @@ def _num(x):
     return float("nan") if x is None else x
 
 
-def _newer(rows, t_last: float, key=lambda row: row[0]) -> list:
-    """Rows of a time-ordered deque newer than ``t_last``, walking back from the end only."""
+def _newer(rows, t_last: float, key) -> list:
+    """Rows of a time-ordered deque newer than ``t_last`` (``key(row)``: its time), walking back
+    from the end only."""
     out = []
     for row in reversed(rows):
         if key(row) <= t_last:

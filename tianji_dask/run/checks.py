@@ -38,7 +38,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     except ValueError as err:
         raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
     # on-policy chunks hold their credit until trained on: a window below one update's chunks deadlocks
-    chunks_per_update = int(getattr(algo, "chunks_per_update", lambda: 1)())
+    chunks_per_update = algo.chunks_per_update()
     c = p.controller
     for field in ("window", "window_min"):
         value = getattr(c, field)

@@ -61,8 +61,9 @@ class Learner:
         self._final: dict | None = None
         self._ended: tuple | None = None  # (event loop, asyncio.Event) of a status call waiting for the end
         strategy = LockstepLoop if spec.mode == "lockstep" else RelaxedLoop
-        self.loop = strategy(spec, core, self.stream, self.publisher, self.admission, self.fusion, self._stop,
-                             self._set_status)
+        self.loop = strategy(spec=spec, core=core, stream=self.stream, publisher=self.publisher,
+                             admission=self.admission, fusion=self.fusion, stop_event=self._stop,
+                             on_status=self._set_status)
         if spec.eval is not None:
             self.loop.evaluation = EvalClient(client, spec.eval, run_id=spec.run_id, tag=spec.tag,
                                               hosts=spec.explorer_hosts)

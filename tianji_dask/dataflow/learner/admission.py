@@ -10,6 +10,8 @@ the scheduler no request per update.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.messages import (
     Consumption,
@@ -18,6 +20,16 @@ from tianji_dask.dataflow.messages import (
     Progress,
     consumptions_to_wire,
 )
+
+
+@dataclass(frozen=True)
+class Request:
+    """The request in flight: the controller's answer to come, the (key, stream) asked, and the
+    consumed chunks' futures, held until the answer."""
+
+    answer: object
+    want: list[tuple[str, int]]
+    held: list
 
 
 class AdmissionClient:
@@ -30,7 +42,7 @@ class AdmissionClient:
             client.scheduler.tianji_begin, run_id=run_id, law=law, learner_address=learner_address,
             chunk_env_steps=chunk_env_steps, group=group, **rebuilt_flag,
         ))
-        self._request = None  # (concurrent future, [(key, stream)] asked, futures held until the answer)
+        self._request: Request | None = None
         #: the samples trained at which the controller's last answer said one more chunk can be granted
         self.ask_again_at: float | None = None
         #: the controller's count of workers joined or left, as of its last answer
@@ -49,10 +61,10 @@ class AdmissionClient:
     @property
     def asked(self) -> int:
         """Keys asked for in the request in flight."""
-        return len(self._request[1]) if self._request is not None else 0
+        return len(self._request.want) if self._request is not None else 0
 
     def answered(self) -> bool:
-        return self._request is not None and self._request[0].done()
+        return self._request is not None and self._request.answer.done()
 
     def may_ask(self, samples_trained: float, starving: bool, in_flight: int) -> bool:
         """False while the controller's last answer still holds: fewer samples trained than it
@@ -68,20 +80,20 @@ class AdmissionClient:
             progress=None if progress is None else progress.to_wire(), learner_status=status, group=self._group,
             run_id=self._run_id,
         )
-        self._request = (dask_internals.on_client_loop(self._client, coro), want, held)
+        self._request = Request(dask_internals.on_client_loop(self._client, coro), want, held)
 
     def reply(self) -> tuple[list[tuple[str, int]], list]:
         """The answer to the request in flight (waiting for it if need be): the (key, stream)
         granted, in the order asked, and the futures held for it, which may go now that their
         consumption is on record. ``params`` is then the controller's current settings."""
-        future, want, held = self._request
-        answer = CycleReply.from_wire(future.result())
+        request = self._request
+        answer = CycleReply.from_wire(request.answer.result())
         self._request = None
         self.params = answer.params
         self.ask_again_at = answer.ask_again_at_samples
         self.workers_epoch = answer.workers_epoch
         granted = set(answer.granted)
-        return [(key, stream) for key, stream in want if key in granted], held
+        return [(key, stream) for key, stream in request.want if key in granted], request.held
 
     def final(self, *, consumed: list[Consumption], version: int, progress: Progress | None, status: dict) -> None:
         """The last report, waited for: every consumed chunk is on record when the run ends."""

@@ -9,8 +9,8 @@ from tianji_dask.dataflow.learner.loop import Loop
 
 
 class LockstepLoop(Loop):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, **parts):
+        super().__init__(**parts)
         self._round_open = False  # a round's chunks are out or being trained on
 
     def _wanted(self) -> int:
@@ -19,7 +19,7 @@ class LockstepLoop(Loop):
             return 0
         return len(self.stream.streams)
 
-    def _pass(self) -> None:
+    def step(self) -> None:
         core = self.core
         n_want = self._wanted()
         must_wait = (self._round_open or (not core.ready() and not n_want)) and not self._holding()

@@ -20,12 +20,13 @@ WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its 
 
 
 class Loop:
-    """What both strategies share. ``on_status(status)`` receives the learner's status dict."""
+    """What both strategies share, built from the learner's parts (keywords only).
+    ``on_status(status)`` receives the learner's status dict."""
 
     needs_current_weights = True  # granted work acts with the version just trained
     weights_each_round = True  # a request publishes the current version (lockstep's broadcast)
 
-    def __init__(self, spec, core, stream, publisher, admission, fusion, stop_event, on_status):
+    def __init__(self, *, spec, core, stream, publisher, admission, fusion, stop_event, on_status):
         self.spec, self.core, self.stream, self.publisher = spec, core, stream, publisher
         self.admission, self.fusion, self._stop, self._on_status = admission, fusion, stop_event, on_status
         self.timed = core.ledger.timed
@@ -41,11 +42,17 @@ class Loop:
     def run(self) -> None:
         self._publish(wait=True)
         while not self._stop.is_set() and self.core.stop_reason() is None:
-            self._pass()
-        self._drain()
+            self.step()
+        self.drain()
 
-    def _pass(self) -> None:
+    def step(self) -> None:
+        """One pass: take what has arrived, consume it, ask for more work, train (the strategy's order)."""
         raise NotImplementedError
+
+    @property
+    def chunks_waiting(self) -> int:
+        """Chunks received and not yet consumed (on-policy ones wait for the update that takes them)."""
+        return len(self._pending)
 
     # ---- steps --------------------------------------------------------------------------
     def _receive(self, wait: bool) -> None:
@@ -175,7 +182,7 @@ class Loop:
             newest = self.publisher.newest()
             self.evaluation.submit(newest.weights, newest.version, self.core.version, now)
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Report what was consumed; cancel what is still out (its credits come back when forgotten)."""
         if self.admission.waiting:
             self._take_reply()  # what it grants is submitted, then cancelled below

@@ -13,8 +13,8 @@ from tianji_dask.dataflow.learner.loop import Loop
 class RelaxedLoop(Loop):
     weights_each_round = False
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, **parts):
+        super().__init__(**parts)
         self.needs_current_weights = self.core.algo.on_policy  # off-policy work may start on the previous version
 
     def _wanted(self) -> int:
@@ -30,7 +30,7 @@ class RelaxedLoop(Loop):
                 return 0
         return max(0, n_want)
 
-    def _pass(self) -> None:
+    def step(self) -> None:
         core = self.core
         n_want = self._wanted()
         must_wait = not core.ready() and not n_want and not self._holding()  # nothing else to do

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
-from tianji_dask.dataflow.explorer import explore_chunk
+from tianji_dask.dataflow.explorer import DirectRoute, explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 
 # a direct chunk's task returns only once the sink holds its bytes, so they are here when its
@@ -77,7 +77,7 @@ class ExplorerStream:
         self._serial = 0
         self._homes: list[str] = []
         self._hosts = None if hosts is None else set(hosts)
-        self._homes_at = 0.0  # when the explorer workers were last looked up
+        self._homes_looked_up_at = 0.0
         self._workers_epoch: int | None = None  # the controller's count of workers joined or left, when last looked
         # large chunks come straight from the explorers (direct.py) when the comms are plain TCP
         self.sink, self._direct = None, None
@@ -85,7 +85,7 @@ class ExplorerStream:
         if host is not None:
             self.sink = ChunkSink(host)
             # each task carries the sink's secret, inside Dask's comms like the rest of its arguments
-            self._direct = (self.sink.address, self.sink.secret, int(direct_min_bytes))
+            self._direct = DirectRoute(self.sink.address, self.sink.secret, int(direct_min_bytes))
 
     @property
     def in_flight(self) -> int:
@@ -197,16 +197,21 @@ class ExplorerStream:
         homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER")
                        and (self._hosts is None or a in self._hosts))
         gone = set(self._homes) - set(homes)
-        self._homes, self._homes_at = homes, time.time()
+        self._homes, self._homes_looked_up_at = homes, time.time()
         orphans = [entry.future for entry in self._in_flight.values() if entry.home in gone]
         if orphans:
             self._client.cancel(orphans)  # they come out of as_completed as cancelled
+
+    @property
+    def homes_looked_up_at(self) -> float:
+        """When the explorer workers were last looked up (unix s; 0 before the first look)."""
+        return self._homes_looked_up_at
 
     def homes_by_stream(self) -> dict[int, str]:
         return {s: self._homes[s % len(self._homes)] for s in self.streams} if self._homes else {}
 
     def direct_stats(self) -> dict | None:
-        return None if self.sink is None else {**self.sink.stats(), "min_bytes": self._direct[-1]}
+        return None if self.sink is None else {**self.sink.stats(), "min_bytes": self._direct.min_bytes}
 
     def direct_refused(self) -> dict | None:
         """Connections the sink refused, by reason; None when there is no sink."""

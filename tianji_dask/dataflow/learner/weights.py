@@ -26,6 +26,15 @@ class Published:
     weights: object
 
 
+@dataclass(frozen=True)
+class Scatter:
+    """A scatter under way: the version, its key and the concurrent future of the scatter call."""
+
+    version: int
+    key: str
+    future: object
+
+
 class WeightsPublisher:
     def __init__(self, client, worker_address: str, tag: str, inline: bool):
         self._client = client
@@ -33,7 +42,7 @@ class WeightsPublisher:
         self._tag = tag
         self.inline = inline
         self._newest: deque[Published] = deque(maxlen=2)  # the previous version stays alive while tasks fetch it
-        self._scatter: tuple[int, str, object] | None = None  # (version, key, concurrent future) under way
+        self._scatter: Scatter | None = None
         self._times: deque[tuple[int, float]] = deque(maxlen=PUBLISHED_AT_KEPT)
         self.version = -1  # the newest version handed to publish
         self.counts = {"inline": 0, "scattered": 0}
@@ -59,9 +68,9 @@ class WeightsPublisher:
             return
         self.counts["scattered"] += 1
         key = f"tianji-weights-{self._tag}-{version}"
-        self._scatter = (version, key, dask_internals.scatter_nowait(self._client, {key: weights}, self._worker))
+        self._scatter = Scatter(version, key, dask_internals.scatter_nowait(self._client, {key: weights}, self._worker))
         if wait:
-            self._scatter[2].result()
+            self._scatter.future.result()
         self._collect()
 
     def newest(self) -> Published:
@@ -71,10 +80,10 @@ class WeightsPublisher:
 
     def _collect(self) -> None:
         """Install the scatter under way once it has completed."""
-        if self._scatter is not None and self._scatter[2].done():
-            version, key, done = self._scatter
+        scatter = self._scatter
+        if scatter is not None and scatter.future.done():
             self._scatter = None
-            self._install(version, done.result()[key])
+            self._install(scatter.version, scatter.future.result()[scatter.key])
 
     def _install(self, version: int, weights) -> None:
         self._newest.append(Published(version, weights))
@@ -93,5 +102,5 @@ class WeightsPublisher:
     def close(self) -> None:
         self._newest.clear()
         if self._scatter is not None:
-            self._scatter[2].cancel()
+            self._scatter.future.cancel()
             self._scatter = None
