@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 import uuid
 from datetime import datetime
