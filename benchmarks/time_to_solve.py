@@ -41,12 +41,12 @@ def pipeline_copy(pipeline: str, overrides: dict):
     """The path of a temporary copy of ``pipeline``'s YAML with dotted-key ``overrides`` applied
     (the CLI takes pipeline files; the copy keeps the pipeline's name)."""
     from tianji_dask.config import (  # the Run API's own dotted-key rule
-        _apply_overrides,
+        apply_overrides,
         resolve_pipeline_path,
     )
 
     source = resolve_pipeline_path(pipeline)
-    data = _apply_overrides(yaml.safe_load(source.read_text()), overrides)
+    data = apply_overrides(yaml.safe_load(source.read_text()), overrides)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / source.name
         path.write_text(yaml.safe_dump(data))

@@ -16,5 +16,5 @@ from tianji_dask.config.pipeline import (
 from tianji_dask.config.sections import StopConfig
 from tianji_dask.errors import PipelineError
 
-__all__ = ["Pipeline", "PipelineError", "StopConfig", "bundled_pipelines", "bundled_pipelines_dir", "load_pipeline",
+__all__ = ["Pipeline", "PipelineError", "StopConfig", "apply_overrides", "bundled_pipelines", "bundled_pipelines_dir", "load_pipeline",
            "parse_pipeline", "pipeline_yaml", "resolve_pipeline_path"]

@@ -153,7 +153,7 @@ def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | Non
     """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""
     if not isinstance(data, dict):
         raise PipelineError(f"{source}: must be a mapping of fields, got {type(data).__name__}")
-    data = _apply_overrides(data, overrides or {})
+    data = apply_overrides(data, overrides or {})
     try:
         pipeline = Pipeline.model_validate(data)
     except PipelineError:
@@ -169,7 +169,8 @@ def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | Non
     return pipeline
 
 
-def _apply_overrides(data: dict, overrides: dict) -> dict:
+def apply_overrides(data: dict, overrides: dict) -> dict:
+    """A copy of ``data`` with each dotted key of ``overrides`` set (missing or null sections made)."""
     import copy
 
     data = copy.deepcopy(data)
