@@ -9,6 +9,7 @@ from tianji_dask.config.bundled import (
 )
 from tianji_dask.config.pipeline import (
            Pipeline,
+    apply_overrides,
            load_pipeline,
            parse_pipeline,
            pipeline_yaml,
