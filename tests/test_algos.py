@@ -585,26 +585,31 @@ def test_impala_loss_uses_vtrace_targets_and_advantages():
 def test_impala_step_minibatches_match_the_segment_loss_and_train():
     # minibatch_size: V-trace once per pass, then minibatches of single steps re-evaluated under
     # the current network; one minibatch holding every step is the segment's loss, gradients too
-    chunk = impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
-    a = IMPALA(OBS, ACT, IMPALAConfig(clip_coef=0.2), seed=0)
-    b = IMPALA(OBS, ACT, IMPALAConfig(clip_coef=0.2, minibatch_size=8), seed=0)
-    loss_a, stats_a = a.loss([chunk])
+    def chunk():
+        return impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
+
+    steps = int(chunk()["valid"].sum())
+    # one gradient step each: a on the whole segment, b on one minibatch of every one of its steps
+    a = IMPALA(OBS, ACT, IMPALAConfig(clip_coef=0.2, update_epochs=1), seed=0)
+    b = IMPALA(OBS, ACT, IMPALAConfig(clip_coef=0.2, update_epochs=1, minibatch_size=steps), seed=0)
     with torch.no_grad():
-        fixed = b._terms([chunk], keep_inputs=True)
-    assert len(fixed["adv"]) == chunk["valid"].sum() and fixed["obs"].shape == (len(fixed["adv"]), 3)
-    loss_b, stats_b = b._loss_of(b._reevaluate(fixed))
-    np.testing.assert_allclose(loss_b.item(), loss_a.item(), rtol=1e-5)
+        _, segment = a.loss([chunk()])  # the segment's loss under the network both start from
+    for algo in (a, b):
+        algo.ingest(chunk(), staleness=0)
+    stats_a, stats_b = a.learn(), b.learn()  # the statistics of the step each took
     for k in ("pg_loss", "v_loss", "entropy"):
-        np.testing.assert_allclose(stats_b[k].item(), stats_a[k].item(), rtol=1e-5)
-    loss_a.backward()
-    loss_b.backward()
-    for p, q in zip(a.net.parameters(), b.net.parameters()):
+        np.testing.assert_allclose(stats_b[k], segment[k].item(), rtol=1e-5, atol=1e-7)  # summed in another order
+        np.testing.assert_allclose(stats_a[k], segment[k].item(), rtol=1e-5, atol=1e-7)
+    for p, q in zip(a.net.parameters(), b.net.parameters()):  # the gradients of that step, and the step
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6)
-    before = [p.detach().clone() for p in b.net.parameters()]
-    b.ingest(chunk, staleness=0)
-    metrics = b.learn()
-    assert b.updates == 1 and metrics["batch_env_steps"] == chunk["env_steps"]
-    assert any(not torch.equal(p, q) for p, q in zip(before, b.net.parameters()))
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-4, atol=1e-6)
+    # minibatches of 8 single steps train too
+    c = IMPALA(OBS, ACT, IMPALAConfig(clip_coef=0.2, minibatch_size=8), seed=0)
+    before = [p.detach().clone() for p in c.net.parameters()]
+    c.ingest(chunk(), staleness=0)
+    metrics = c.learn()
+    assert c.updates == 1 and metrics["batch_env_steps"] == chunk()["env_steps"]
+    assert any(not torch.equal(p, q) for p, q in zip(before, c.net.parameters()))
 
 
 def test_impala_state_dict_round_trip_resumes_identically():

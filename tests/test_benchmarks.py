@@ -45,8 +45,13 @@ def test_solve_writes_every_run_and_the_tables(tmp_path):
     assert ours["error"] is None
     assert ours["env_steps"] > 0 and ours["wall_s"] > 0 and ours["process_wall_s"] >= ours["wall_s"]
     assert ours["learner_busy_fraction"] is not None and ours["env_steps_per_s"] > 0
+    # a 2 s budget seldom solves CartPole: either way the run's fields agree with each other
     if ours["solved"]:
+        assert ours["stop_reason"] == "solved"
         assert 0 < ours["time_to_solve_s"] <= ours["time_to_solve_from_launch_s"]
+    else:
+        assert ours["stop_reason"] == "max_seconds"
+        assert ours["time_to_solve_s"] is None and ours["time_to_solve_from_launch_s"] is None
     # a peer that cannot run is kept as an unsolved run with its error, never dropped
     assert peer["solved"] is False and "benchmarks/peers/setup" in peer["error"]
     assert doc["meta"]["command"].startswith("python benchmarks/vs_peers.py solve")

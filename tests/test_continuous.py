@@ -166,10 +166,13 @@ def test_impala_vtrace_uses_the_gaussian_log_densities():
     density = np.prod(np.exp(-0.5 * ((chunk["actions"] - mean) / std) ** 2) / (std * math.sqrt(2 * math.pi)), -1)
     chunk["extra_logprob"] = (np.log(density) + 0.3 * np.random.default_rng(0).normal(size=(T, N))).astype(np.float32)
     with torch.no_grad():
-        terms = algo._terms([chunk])
-    valid = chunk["valid"]
-    np.testing.assert_allclose(terms["logp"].numpy(), np.log(density)[valid], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(terms["rho"].numpy(), (density / np.exp(chunk["extra_logprob"]))[valid], rtol=1e-3)
+        _, stats = algo.loss([chunk])
+    # V-trace's importance ratios are the Gaussian densities over the behaviour's: their mean, and
+    # how many the clip at rho_bar cuts (a wrong log density would move both)
+    ratios = (density / np.exp(chunk["extra_logprob"]))[chunk["valid"]]
+    np.testing.assert_allclose(stats["rho_mean"].item(), ratios.mean(), rtol=1e-4)
+    assert stats["rho_clipfrac"].item() == pytest.approx((ratios > algo.config.rho_clip + 1e-3).mean())
+    assert 0 < stats["rho_clipfrac"].item() < 1  # some ratios either side of the clip
     algo.ingest(chunk, staleness=2)
     assert np.isfinite(algo.learn()["pg_loss"])
 
@@ -467,7 +470,10 @@ def test_statistics_round_trip_through_state_dict(name):
             np.testing.assert_array_equal(sa[k], sb[k])
     x = box_chunk(seed=4)["obs"][0]
     np.testing.assert_array_equal(a.act(x, {"greedy": True})[0], b.act(x, {"greedy": True})[0])
-    a._fold_statistics(), b._fold_statistics()  # what the next update folds in: the same
+    for algo in (a, b):  # what the next update folds in: the same
+        for stats in (algo.obs_norm, algo.reward_scale):
+            if stats is not None:
+                stats.fold()
     np.testing.assert_array_equal(a.obs_norm(x), b.obs_norm(x))
     for k, v in a.get_weights().items():
         np.testing.assert_array_equal(v, b.get_weights()[k])

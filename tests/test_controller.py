@@ -175,13 +175,19 @@ def test_key_name_cache_stays_bounded_over_many_submissions(monkeypatch):
     ({"gain": 3}, "gain"),
     ({"replay_ratio": [4, 2]}, "replay_ratio"),
     ({"max_staleness": -2}, "max_staleness"),
+    # a good value before the bad one in the same call: it is not applied either
+    ({"window": 3, "gain": 3}, "gain"),
+    ({"window": 5, "window_max": 6, "staleness_target": 1, "max_staleness": None, "replay_ratio": [4, 2]}, "replay_ratio"),
 ])
 def test_configure_rejects_bad_values(settings, field):
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2})
+    ctl.begin("r", {"window": 2, "max_staleness": 4, "replay_ratio": [8, 16]}, chunk_env_steps=64)
+    before, params = ctl.state(history=True), ctl.params()
     with pytest.raises(ValueError, match=f"^{field}"):
         ctl.configure(**settings)
-    assert ctl.params_version == 0  # nothing half-applied
+    # nothing half-applied: every setting, the law and the books are as they were
+    assert ctl.state(history=True) == before and ctl.params() == params
+    assert before["window"] == 2 and before["max_staleness"] == 4 and before["replay_ratio"] == [8, 16]
 
 
 def test_configure_moves_the_target_and_switches_filters():
