@@ -1,6 +1,14 @@
 import contextlib
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
@@ -58,3 +66,136 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ---- processes started before the tests that read them ----------------------------------------
+# A test that is about a real process (the program's exit status, its output) waits seconds for it
+# to import torch and the rest. Once collection ends, a thread starts such processes one after the
+# other, each once the one before has finished (or is ready), in the order the tests read them:
+# they use the core the tests leave idle while the tests before them run. A fixture registered
+# with ``starts_early`` gets its process with ``started``.
+
+class EarlyProcess:
+    """A process started before the test that reads it, with a temporary folder of its own
+    (``dir``, removed at the end of the session); ``held`` is kept open until it ends. A
+    process that goes on (a scheduler) is ``ready`` once it can be used."""
+
+    def __init__(self, argv_in, *, log: bool = False, held=(), ready=None, **info):
+        import subprocess
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="tianji-early-"))
+        self.held = list(held)
+        self.ready = ready
+        self.__dict__.update(info)
+        self.log = self.dir / "process.log" if log else None
+        out = open(self.log, "w") if log else subprocess.PIPE
+        self.proc = subprocess.Popen(argv_in(self.dir), stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                                     text=True, cwd=ROOT)
+        self.result = None
+
+    def settled(self) -> bool:
+        return self.proc.poll() is not None or (self.ready is not None and self.ready(self))
+
+    def wait(self, timeout: float = 600):
+        """The finished process (returncode, stdout, stderr); the time out only guards a hang."""
+        import subprocess
+
+        if self.result is None:
+            stdout, stderr = self.proc.communicate(timeout=timeout)
+            self.result = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, stdout, stderr)
+            self._release()
+        return self.result
+
+    def _release(self) -> None:
+        for thing in self.held:
+            thing.close()
+        self.held = []
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - it will not go: it goes now
+                self.proc.kill()
+                self.proc.wait()
+        self._release()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_EARLY: dict = {}  # fixture name: the function that starts its EarlyProcess
+_STARTED: dict = {}
+_LOCK = threading.Lock()
+_DONE = threading.Event()  # the session is over: the starting thread starts no more
+
+
+def starts_early(name: str):
+    """Register the function that starts the process the fixture ``name`` reads."""
+    def register(start):
+        _EARLY[name] = start
+        return start
+    return register
+
+
+def started(name: str) -> EarlyProcess:
+    """The process registered for the fixture ``name``: started already, or now."""
+    with _LOCK:
+        if name not in _STARTED:
+            if _DONE.is_set():
+                raise RuntimeError(f"{name}: the test session is over")
+            _STARTED[name] = _EARLY[name]()
+        return _STARTED[name]
+
+
+def _start_in_turn(names: list[str]) -> None:
+    for name in names:
+        try:
+            process = started(name)
+        except RuntimeError:  # the session ended first
+            return
+        deadline = time.monotonic() + 60
+        while not process.settled() and time.monotonic() < deadline and not _DONE.wait(0.1):
+            pass
+
+
+def pytest_collection_finish(session):
+    order = []  # the registered fixtures the selected tests use, in the order the tests use them
+    for item in session.items:
+        order += [name for name in getattr(item, "fixturenames", ()) if name in _EARLY and name not in order]
+    if order:
+        threading.Thread(target=_start_in_turn, args=(order,), name="tianji-tests-early", daemon=True).start()
+
+
+def pytest_sessionfinish(session):
+    _DONE.set()
+    with _LOCK:
+        for process in _STARTED.values():
+            process.close()
+        _STARTED.clear()
+
+
+@starts_early("cli_training_run")
+def _cli_training_run() -> EarlyProcess:
+    import socket
+
+    taken = socket.socket()  # a dashboard port that is taken while the run starts its cluster
+    taken.bind(("", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    return EarlyProcess(lambda d: [sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--explorers", "3",
+                                   "--set", "explorers=1", "--set", "stop.max_seconds=2",
+                                   "--set", f"cluster.dashboard_address=:{port}", "--verbose", "--out", str(d / "run")],
+                        held=[taken], port=port)
+
+
+@pytest.fixture(scope="session")
+def cli_training_run():
+    """One ``tianji-dask train`` as a user starts it, output into pipes, which two modules read:
+    test_cli how its flags reached the run (``--explorers 3`` then ``--set explorers=1``: the
+    later wins; a dashboard port that is taken), test_startup each step of its start (``--verbose``):
+    ``train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_seconds=2 --set
+    cluster.dashboard_address=:PORT --verbose --out OUT``. Gives the finished process (its
+    returncode, stdout and stderr), OUT and PORT."""
+    early = started("cli_training_run")
+    return SimpleNamespace(proc=early.wait(), out=early.dir / "run", port=early.port)

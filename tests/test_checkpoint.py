@@ -50,7 +50,8 @@ def test_non_finite_metrics_stop_the_run():
     assert not guard.all_finite({"w": np.array([1.0, np.inf])})
 
 
-@pytest.mark.parametrize("mode", ["single", "relaxed"])
+# single mode's is the full suite's: the fast tier resumes the dataflow's run (and test_core resumes a learner core)
+@pytest.mark.parametrize("mode", [pytest.param("single", marks=pytest.mark.slow), "relaxed"])
 def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     client = None if mode == "single" else tianji_client
     out = tmp_path / mode

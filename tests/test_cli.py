@@ -74,6 +74,19 @@ def _plain(text: str) -> None:
     assert "Warning" not in text and "warnings.warn" not in text and "Traceback" not in text, text
 
 
+def _main(capsys, *args) -> tuple[int, str, str]:
+    """The CLI run in this process, as the program runs it: (exit status, stdout, stderr). A
+    refusal of argparse's own exits as it would in the program."""
+    from tianji_dask.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize("setting,named", [
     ("no.such.key=1", "no.such.key"),
     ("stop.windw=3", "stop.windw"),
@@ -81,33 +94,38 @@ def _plain(text: str) -> None:
     ("explorers", "KEY=VALUE"),  # no "="
     ("algo.config.lr=[1,", "algo.config.lr"),  # not YAML
 ])
-def test_a_bad_set_is_one_line_and_exit_2(tmp_path, setting, named):
+def test_a_bad_set_is_one_line_and_exit_2(tmp_path, capsys, setting, named):
     out = tmp_path / "run"
-    proc = _cli("train", "cartpole_ppo", "--set", setting, "--out", str(out))
+    code, stdout, stderr = _main(capsys, "train", "cartpole_ppo", "--set", setting, "--out", str(out))
+    assert code == 2, stderr
+    assert stderr.count("\n") == 1 and named in stderr and "Traceback" not in stderr, stderr
+    assert stdout == "" and not out.exists()
+
+
+def test_the_program_refuses_a_bad_set_in_one_line_and_exits_2(tmp_path):
+    # the real process, for what only it shows: its exit status and nothing on its streams but the
+    # one line (test_config's test_cli_process_exits_2_without_traceback: a pipeline the checks refuse)
+    out = tmp_path / "run"
+    proc = _cli("train", "cartpole_ppo", "--set", "explorers", "--out", str(out))
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and named in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout == "" and not out.exists()
 
 
-def test_a_bad_set_names_what_is_allowed():
-    proc = _cli("show", "cartpole_ppo", "--set", "no.such.key=1")
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("tianji-dask: error: no.such.key: unknown key 'no'; allowed: algo, balance,"), proc.stderr
-    proc = _cli("show", "cartpole_ppo", "--set", "stop.windw=3")
-    assert "stop.windw: unknown key; allowed: " in proc.stderr and " window" in proc.stderr, proc.stderr
+def test_a_bad_set_names_what_is_allowed(capsys):
+    code, _, stderr = _main(capsys, "show", "cartpole_ppo", "--set", "no.such.key=1")
+    assert code == 2
+    assert stderr.startswith("tianji-dask: error: no.such.key: unknown key 'no'; allowed: algo, balance,"), stderr
+    code, _, stderr = _main(capsys, "show", "cartpole_ppo", "--set", "stop.windw=3")
+    assert code == 2
+    assert "stop.windw: unknown key; allowed: " in stderr and " window" in stderr, stderr
 
 
-def test_set_reaches_the_run_and_a_later_setting_wins(tmp_path):
-    import socket
-
-    # a dashboard port that is taken: one line says which port the dashboard moved to, no warning
-    with socket.socket() as taken:
-        taken.bind(("", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        out = tmp_path / "run"
-        proc = _cli("train", "cartpole_ppo", "--explorers", "3", "--set", "explorers=1", "--set", "stop.max_seconds=5",
-                    "--set", f"cluster.dashboard_address=:{port}", "--out", str(out))
+def test_set_reaches_the_run_and_a_later_setting_wins(cli_training_run):
+    # `train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_seconds=2 --set
+    # cluster.dashboard_address=:PORT` (conftest), PORT taken: one line says which port the
+    # dashboard moved to, no warning
+    proc, out, port = cli_training_run.proc, cli_training_run.out, cli_training_run.port
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert "tianji-dask: training cartpole_ppo (CartPole-v1, ppo, relaxed, 1 explorer)" in proc.stdout, text
@@ -116,16 +134,16 @@ def test_set_reaches_the_run_and_a_later_setting_wins(tmp_path):
     assert "[relaxed] " in proc.stderr and "in flight" in proc.stderr.splitlines()[0], proc.stderr
     _plain(text)
     results = json.loads((out / "results.json").read_text())
-    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_seconds"] == 5
+    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_seconds"] == 2
     assert set(results["controller"]["per_explorer_env_steps"]) == {"0"}
 
 
-def test_pipelines_lists_every_bundled_pipeline():
+def test_pipelines_lists_every_bundled_pipeline(capsys):
     from tianji_dask.config import bundled_pipelines_dir
 
-    proc = _cli("pipelines")
-    assert proc.returncode == 0 and proc.stderr == ""
-    lines = proc.stdout.splitlines()
+    code, stdout, stderr = _main(capsys, "pipelines")
+    assert code == 0 and stderr == ""
+    lines = stdout.splitlines()
     assert lines[0].split() == ["name", "env", "id", "algorithm", "target", "return"]
     files = sorted(bundled_pipelines_dir().glob("*.yaml"))
     assert len(lines) == 1 + len(files)

@@ -1,11 +1,11 @@
 """Bad input: one line naming the field and what is allowed, exit 2, no traceback, nothing written."""
 
-import subprocess
 import sys
 
 import pytest
 import torch
 import yaml
+from conftest import EarlyProcess, started, starts_early
 
 from tianji_dask.cli import main
 from tianji_dask.config import PipelineError, bundled_pipelines_dir, load_pipeline
@@ -155,16 +155,24 @@ def test_existing_nonempty_out_dir_is_refused_and_left_alone(tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
-def test_cli_process_exits_2_without_traceback(tmp_path):
-    bad = _write(tmp_path, _with(env__id="NoSuchEnv-v0"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tianji_dask", "train", str(bad), "--out", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=120,
-    )
+@starts_early("bad_env_process")
+def _bad_env_process():
+    # the real program on a pipeline its checks refuse: started as soon as the tests are known (conftest)
+    return EarlyProcess(lambda d: [sys.executable, "-m", "tianji_dask", "train",
+                                   str(_write(d, _with(env__id="NoSuchEnv-v0"))), "--out", str(d / "o")])
+
+
+@pytest.fixture
+def bad_env_process():
+    return started("bad_env_process")
+
+
+def test_cli_process_exits_2_without_traceback(bad_env_process):
+    proc = bad_env_process.wait(timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "env.id: unknown gymnasium id" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
-    assert not (tmp_path / "o").exists()
+    assert not (bad_env_process.dir / "o").exists()
 
 
 @pytest.mark.parametrize(

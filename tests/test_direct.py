@@ -11,11 +11,11 @@ import sys
 import threading
 import time
 
+import direct_peer
 import numpy as np
 import pytest
 
 from tianji_dask import Run
-from tianji_dask.chunk import make_chunk
 from tianji_dask.dataflow import direct
 from tianji_dask.dataflow.direct import (
     REFUSALS,
@@ -29,26 +29,8 @@ from tianji_dask.dataflow.direct import (
     sink_host,
 )
 
-
-def _chunk(t: int, n: int, dim: int, salt: int):
-    rng = np.random.default_rng(salt)
-    return make_chunk(obs=rng.standard_normal((t + 1, n, dim), dtype=np.float32),
-                      actions=rng.integers(0, 4, (t, n)), rewards=rng.standard_normal((t, n)).astype(np.float32),
-                      terminated=np.zeros((t, n), bool), truncated=np.zeros((t, n), bool), valid=np.ones((t, n), bool),
-                      extras={"logprob": np.full((t, n), -0.5, np.float32)}, explorer_id=salt, policy_version=salt,
-                      t_start=0.0, t_end=1.0, episodes=[(1.0, 10.0, 10)])
-
-
-# (T, N, obs dim): a small chunk (packed into one buffer) and a 3 MiB one (one buffer per array)
-SIZES = {"small": (16, 2, 4), "large": (128, 8, 768)}
-
-
-def _sender(address, secret, keys):
-    for i, key in enumerate(keys):
-        stub = send_chunk(address, key, _chunk(*SIZES["large" if i % 2 else "small"], salt=i), secret=secret)
-        assert isinstance(stub, DirectChunk) and stub["key"] == key
-
-
+_chunk = direct_peer.chunk
+SIZES = direct_peer.SIZES  # (T, N, obs dim): a small chunk (packed into one buffer) and a 3 MiB one
 LINUX = sys.platform.startswith("linux")
 
 
@@ -60,7 +42,9 @@ def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept(way):
     try:
         sink.discard("k3")  # its task was cancelled before the bytes came
         address = sink.address if way == "unix" else sink.address[:2]  # a sender on another host knows only these
-        proc = mp.get_context("spawn").Process(target=_sender, args=(address, sink.secret, ["k0", "k1", "k2", "k3"]))
+        # a process of its own, as an explorer's: it imports only the sending side (direct_peer)
+        proc = mp.get_context("spawn").Process(target=direct_peer.sender,
+                                               args=(address, sink.secret, ["k0", "k1", "k2", "k3"]))
         proc.start()
         for i, key in enumerate(["k0", "k1", "k2"]):
             got = sink.take(key, timeout=60)
@@ -117,7 +101,7 @@ def test_only_plain_tcp_workers_get_a_sink():
 
 def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "direct", overrides={
-        "learner.direct_chunks_min_mib": 0, "stop.max_env_steps": 30_000, "stop.target_return": None})
+        "learner.direct_chunks_min_mib": 0, "stop.max_env_steps": 8_192, "stop.target_return": None})
     results = run.start().wait()
     assert results["error"] is None and results["updates"] > 0
     direct = results["direct_chunks"]

@@ -11,7 +11,10 @@ from tianji_dask.run import Run
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval") / "run"
-    Run("cartpole_dqn", out=out, overrides={"mode": "single", "stop.max_seconds": 3, "stop.on_solve": False}).start().wait()
+    # a short run (some hundred updates): its policy's episodes differ from seed to seed and are
+    # short, so their videos are quick to write
+    Run("cartpole_dqn", out=out, overrides={"mode": "single", "env.num_envs": 4, "chunk_steps": 64,
+                                            "stop.max_env_steps": 2_048, "stop.target_return": None}).start().wait()
     return out
 
 

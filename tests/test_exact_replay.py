@@ -58,7 +58,7 @@ def test_a_relaxed_run_with_two_explorers_replays_to_its_recorded_weights(tianji
 
 def test_a_run_without_a_log_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "single"
-    Run("cartpole_ppo", out=out, overrides={"mode": "single", "stop.max_seconds": 1, "stop.on_solve": False}).start().wait()
+    Run("cartpole_ppo", out=out, overrides={"mode": "single", "stop.max_env_steps": 2048, "stop.on_solve": False}).start().wait()
     assert main(["replay", str(out)]) == 2
     err = capsys.readouterr().err
     assert "has no replay.csv" in err and "Traceback" not in err

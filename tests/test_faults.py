@@ -13,6 +13,7 @@ import sys
 import threading
 
 import pytest
+from conftest import EarlyProcess, started, starts_early
 
 
 def _cli(*args, timeout=120) -> subprocess.CompletedProcess:
@@ -78,21 +79,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("kind", ["nothing listens", "does not resolve",
-                                  pytest.param("never answers", marks=pytest.mark.slow)])
-def test_an_unreachable_scheduler_is_one_line_naming_the_address(tmp_path, kind):
-    out = tmp_path / "run"
-    with contextlib.ExitStack() as stack:
-        address = {"nothing listens": lambda: f"tcp://127.0.0.1:{_free_port()}",
-                   "does not resolve": lambda: "tcp://no-such-host.invalid:8786",
-                   "never answers": lambda: stack.enter_context(_silent_listener())}[kind]()
-        # the CLI's own bound is 10 s; the timeout here only keeps a broken build from hanging the suite
-        proc = _cli("train", "cartpole_ppo", "--quiet", "--scheduler", address, "--out", str(out), timeout=90)
+def _names_the_unreachable_address(proc, address: str, says: str, out) -> None:
     assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc, "tianji-dask: error: cluster.address:")
-    assert address in line and {"nothing listens": "nothing listens", "does not resolve": "does not resolve",
-                                "never answers": "no Dask scheduler answered"}[kind] in line
+    assert address in line and says in line
     assert not out.exists()  # a start that failed leaves no folder behind
+
+
+@starts_early("nothing_listens_process")
+def _nothing_listens_process():
+    # the real program, started as soon as the tests are known (conftest)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    return EarlyProcess(lambda d: [sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--quiet",
+                                   "--out", str(d / "run"), "--scheduler", address], address=address)
+
+
+@pytest.fixture
+def nothing_listens_process():
+    return started("nothing_listens_process")
+
+
+def test_a_scheduler_address_where_nothing_listens_is_one_line_and_exit_2(nothing_listens_process):
+    # the real program: its exit status, and nothing else on its stderr (no traceback, no log line)
+    early = nothing_listens_process
+    proc = early.wait(timeout=90)  # the CLI's own bound is 10 s; this only keeps a broken build from hanging
+    _names_the_unreachable_address(proc, early.address, "nothing listens", early.dir / "run")
+
+
+@pytest.mark.parametrize("kind", ["does not resolve", pytest.param("never answers", marks=pytest.mark.slow)])
+def test_an_unreachable_scheduler_is_one_line_naming_the_address(tmp_path, capsys, kind):
+    from tianji_dask.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "cartpole_ppo", "--quiet", "--out", str(out)]
+    with contextlib.ExitStack() as stack:
+        if kind == "does not resolve":  # in this process: the exit status main returns, its one line
+            address = "tcp://no-such-host.invalid:8786"
+            code = main([*args, "--scheduler", address])
+            proc = subprocess.CompletedProcess([], code, *capsys.readouterr())
+        else:  # the real program, while a listener holds the connection and says nothing
+            address = stack.enter_context(_silent_listener())
+            # the CLI's own bound is 10 s; the timeout here only keeps a broken build from hanging the suite
+            proc = _cli(*args, "--scheduler", address, timeout=90)
+    _names_the_unreachable_address(proc, address, {"does not resolve": "does not resolve",
+                                                   "never answers": "no Dask scheduler answered"}[kind], out)
 
 
 def _tmpfs(path, size: str):

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import EarlyProcess, started, starts_early
 
 import tianji_dask  # noqa: F401 - installs the dashboard pages before the cluster starts
 from tianji_dask.run import Run
@@ -89,8 +91,14 @@ def test_tianji_page_serves_plots_with_data(live_run, dashboard_client):
 def test_metrics_carry_tianji_series_that_move(live_run, dashboard_client):
     base = _base(dashboard_client)
     first = _get(f"{base}/metrics")[1]
-    time.sleep(1.5)
-    second = _get(f"{base}/metrics")[1]
+    deadline = time.time() + 60  # only a hang waits this long: the run makes versions many times a second
+    while True:
+        time.sleep(0.2)
+        second = _get(f"{base}/metrics")[1]
+        moved = all(_metric(second, name) > _metric(first, name)
+                    for name in ("tianji_learner_version", "tianji_env_steps_consumed_total"))
+        if moved or time.time() > deadline:
+            break
     for name in ("tianji_learner_version", "tianji_chunks_consumed_total", "tianji_env_steps_consumed_total",
                  "tianji_chunks_in_flight", "tianji_window", "tianji_staleness_versions_count",
                  "tianji_staleness_versions_sum", "tianji_mean_return", "tianji_eval_return"):
@@ -139,7 +147,7 @@ def test_plot_command_writes_pngs(tmp_path):
     runs = []
     for seed in (0, 1):
         out = tmp_path / f"run{seed}"
-        Run("cartpole_ppo", out=out, overrides={"mode": "single", "seed": seed, "stop.max_env_steps": 30_000}).start().wait()
+        Run("cartpole_ppo", out=out, overrides={"mode": "single", "seed": seed, "stop.max_env_steps": 4_096}).start().wait()
         runs.append(str(out))
     assert main(["plot", *runs, "--out", str(tmp_path / "plots")]) == 0
     names = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
@@ -171,54 +179,66 @@ def test_live_view_needs_a_dashboard():
         run.live()
 
 
-def _start_scheduler(tmp_path, *extra):
-    import subprocess
-    import sys
+def _scheduler(*extra) -> EarlyProcess:
+    return EarlyProcess(lambda _: [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                   "--port", "0", "--dashboard-address", "127.0.0.1:0", "--no-show", *extra], log=True,
+                        ready=lambda early: "dashboard at" in early.log.read_text())
 
-    log = open(tmp_path / "scheduler.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                             "--port", "0", "--dashboard-address", "127.0.0.1:0", "--no-show", *extra],
-                            stdout=log, stderr=subprocess.STDOUT)
+
+# `dask-scheduler` processes of their own (each spends seconds importing), one per test below
+starts_early("preloaded_scheduler")(lambda: _scheduler("--preload", "tianji_dask.preload"))
+starts_early("plain_scheduler")(lambda: _scheduler())
+
+
+def _addresses(name: str):
+    """The scheduler's address and its dashboard's, once its log names both; it ends with the test."""
+    early = started(name)
     deadline = time.time() + 60
     address = dashboard = None
     while time.time() < deadline and not (address and dashboard):
-        time.sleep(0.2)
-        text = (tmp_path / "scheduler.log").read_text()
+        text = early.log.read_text()
         m = re.search(r"Scheduler at:\s+(tcp://\S+)", text)
         d = re.search(r"dashboard at:\s+\S*?:(\d+)/status", text)
         address = m.group(1) if m else None
         dashboard = f"http://127.0.0.1:{d.group(1)}" if d else None
-    assert address and dashboard, (tmp_path / "scheduler.log").read_text()
-    return proc, address, dashboard
+        if not (address and dashboard):
+            time.sleep(0.2)
+    assert address and dashboard, early.log.read_text()
+    try:
+        yield address, dashboard
+    finally:
+        early.close()
 
 
-def test_preloaded_external_scheduler_serves_the_pages(tmp_path):
+@pytest.fixture
+def preloaded_scheduler():
+    yield from _addresses("preloaded_scheduler")
+
+
+@pytest.fixture
+def plain_scheduler():
+    yield from _addresses("plain_scheduler")
+
+
+def test_preloaded_external_scheduler_serves_the_pages(preloaded_scheduler):
     from distributed import Client
 
-    proc, address, dashboard = _start_scheduler(tmp_path, "--preload", "tianji_dask.preload")
-    try:
-        plots = json.loads(_get(f"{dashboard}/individual-plots.json")[1])
-        assert any("tianji" in name.lower() for name in plots), plots  # listed for JupyterLab
-        assert _get(f"{dashboard}/tianji")[0] == 200
-        with Client(address) as client:  # the controller is in place before any run
-            assert client.run_on_scheduler(lambda dask_scheduler: "tianji" in dask_scheduler.plugins)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    address, dashboard = preloaded_scheduler
+    plots = json.loads(_get(f"{dashboard}/individual-plots.json")[1])
+    assert any("tianji" in name.lower() for name in plots), plots  # listed for JupyterLab
+    assert _get(f"{dashboard}/tianji")[0] == 200
+    with Client(address) as client:  # the controller is in place before any run
+        assert client.run_on_scheduler(lambda dask_scheduler: "tianji" in dask_scheduler.plugins)
 
 
-def test_running_scheduler_gets_the_page_when_the_controller_arrives(tmp_path):
+def test_running_scheduler_gets_the_page_when_the_controller_arrives(plain_scheduler):
     from distributed import Client
 
     from tianji_dask.dataflow.controller import StalenessController
 
-    proc, address, dashboard = _start_scheduler(tmp_path)
-    try:
-        with pytest.raises(urllib.error.HTTPError):
-            _get(f"{dashboard}/tianji")
-        with Client(address) as client:
-            client.register_plugin(StalenessController(), name="tianji")
-        assert _get(f"{dashboard}/tianji")[0] == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    address, dashboard = plain_scheduler
+    with pytest.raises(urllib.error.HTTPError):
+        _get(f"{dashboard}/tianji")
+    with Client(address) as client:
+        client.register_plugin(StalenessController(), name="tianji")
+    assert _get(f"{dashboard}/tianji")[0] == 200

@@ -194,6 +194,7 @@ def test_dqn_per_checkpoint_round_trip_resumes_identically(tmp_path):
 
 
 # ---- learning ----------------------------------------------------------------------------------
+@pytest.mark.slow  # a training run: the fast tier checks PER's every learn step and its annealing above
 def test_dqn_per_learns_cartpole_in_single_mode(tmp_path):
     run = Run("cartpole_dqn_per", out=tmp_path / "per", overrides={
         "mode": "single", "stop.max_env_steps": 15_000, "stop.window": 10, "stop.max_seconds": 60})

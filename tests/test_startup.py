@@ -22,12 +22,10 @@ def test_the_cli_imports_neither_torch_nor_distributed_before_it_starts_the_work
     assert proc.stdout.strip() == "[]"
 
 
-def test_a_cli_run_records_each_step_of_its_start_in_order(tmp_path):
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--max-seconds", "2", "--quiet",
-                           "--verbose", "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+def test_a_cli_run_records_each_step_of_its_start_in_order(cli_training_run):
+    proc = cli_training_run.proc  # `tianji-dask train cartpole_ppo ... --verbose` (conftest)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((cli_training_run.out / "results.json").read_text())
     startup = results["startup"]
     assert set(startup) == set(STEPS)
     values = [startup[k] for k in STEPS]

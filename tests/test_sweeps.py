@@ -40,7 +40,7 @@ def test_two_runs_train_at_once_on_one_cluster_each_with_its_own_books_learner_a
         assert len(learners) == 2 and len(explorers) == 2
         runs = [Run("cartpole_dqn", client, out=tmp_path / f"run{i}", learner_worker=learners[i],
                     explorer_workers=[explorers[i]],
-                    overrides={"explorers": 2, "seed": i, "stop.target_return": None, "stop.max_seconds": 6})
+                    overrides={"explorers": 2, "seed": i, "stop.target_return": None, "stop.max_seconds": 2})
                 for i in range(2)]
         for run in runs:
             run.start()
