@@ -187,7 +187,7 @@ class DaskBackend(Backend):
         figures["explorer_memory"] = accounting.explorer_memory(
             self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
         figures["controller"] = self._controller_final()
-        figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, {**results, **figures}, self._task_metrics0)
+        figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
         figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
 

@@ -159,7 +159,7 @@ class Run:
     @property
     def shares_cluster(self) -> bool:
         """Placed on a cluster that other runs use at the same time (a sweep)."""
-        return self.learner_worker is not None or self.explorer_hosts is not None
+        return self.plan.shares_cluster
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Run":
