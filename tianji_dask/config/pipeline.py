@@ -52,6 +52,20 @@ class Pipeline(StrictModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     balance: BalanceConfig | None = Field(None, description="TianJi's balance helper: derive chunk_steps and publish_every from the explorer count")
     eval: EvalConfig | None = Field(None, description="evaluation during training (relaxed and lockstep modes, one group)")
+    callbacks: list[Any] = Field(default_factory=list, description="callbacks the learner calls as the run goes: each "
+                                 "'module:Class' or {class: 'module:Class', kwargs: {...}} naming a subclass of "
+                                 "tianji_dask.Callback, built in the learner's process")
+
+    @model_validator(mode="after")
+    def _callbacks(self):
+        from tianji_dask.callbacks.entries import check
+
+        try:
+            check(self.callbacks)
+        except ValueError as err:
+            raise PipelineError(str(err)) from None
+        return self
+
 
     @model_validator(mode="after")
     def _eval(self):

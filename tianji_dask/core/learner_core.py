@@ -74,6 +74,12 @@ class LearnerCore:
             from tianji_dask.observe.tensorboard import ScalarLog
 
             self._tensorboard = ScalarLog(spec.tensorboard_dir)
+        self.callbacks = None  # a CallbackRunner when the run has callbacks
+        if spec.callbacks is not None:
+            from tianji_dask.callbacks.runner import CallbackRunner
+
+            self.callbacks = CallbackRunner(spec.callbacks)
+            self.callbacks.emit("on_start", {**spec.callbacks.info, "version": self.version, "resumed": bool(spec.resume_from)})
 
     @property
     def t_run_start(self) -> float:
@@ -99,14 +105,29 @@ class LearnerCore:
         if drop is not None:
             self.ledger.record_dropped(drop)
         staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
+        if self.callbacks is not None and len(chunk["episodes"]) and self.callbacks.wants("on_episodes"):
+            self.callbacks.emit("on_episodes", self._episode_rows(chunk))
         return Consumed(staleness, age_s, kept, drop)
+
+    def _episode_rows(self, chunk: dict) -> list[dict]:
+        """The chunk's episodes as callbacks get them, in the order the books keep them."""
+        eps = chunk["episodes"]
+        eps = eps[np.argsort(eps[:, 0])]
+        t0, steps = self.ledger.t_run_start, self.ledger.env_steps
+        return [{"t": float(t) - t0, "return": float(ret), "length": int(length), "explorer_id": int(chunk["explorer_id"]),
+                 "policy_version": int(chunk["policy_version"]), "version": self.version, "env_steps": steps}
+                for t, ret, length in eps[:, :3]]
+
 
     def record_lost(self, key: str, explorer_id: int, why: str) -> None:
         self.ledger.record_lost(key, explorer_id, why)
 
     def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
         """An evaluation of policy ``version`` ended at ``t`` (see ``Ledger.record_eval``)."""
-        return self.ledger.record_eval(t, version, returns)
+        row = self.ledger.record_eval(t, version, returns)
+        if self.callbacks is not None:
+            self.callbacks.emit("on_evaluation", {**row, "t": row["t"] - self.ledger.t_run_start})
+        return row
 
     # ---- training -------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -119,6 +140,8 @@ class LearnerCore:
         check_metrics(metrics, self.version)
         self.ledger.record_update(metrics, time.perf_counter() - t0)
         self.version += 1
+        if self.callbacks is not None:
+            self.callbacks.emit("on_update", self.version, dict(metrics))
         if self.checkpointer.due(self.version):
             with self.ledger.timed("checkpoint"):
                 self.write_checkpoint()
@@ -135,7 +158,9 @@ class LearnerCore:
 
     def write_checkpoint(self) -> None:
         check_weights(self.algo.get_weights(), self.version)
-        self.checkpointer.write(self.algo, self.version, self.ledger, self.checkpoint_extra())
+        path = self.checkpointer.write(self.algo, self.version, self.ledger, self.checkpoint_extra())
+        if path is not None and self.callbacks is not None:
+            self.callbacks.emit("on_checkpoint", str(path), self.version)
 
     # ---- stopping -------------------------------------------------------------------------
     def stop_reason(self) -> str | None:
@@ -194,6 +219,8 @@ class LearnerCore:
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(), **(extra or {}),
         })
+        if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time
+            results["callbacks"] = self.callbacks.end(dict(results))
         if self._tensorboard is not None:
             self._tensorboard.write(final_status(self.status(ledger.t_end)), force=True)
             self._tensorboard.close()

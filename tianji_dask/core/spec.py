@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from tianji_dask.callbacks.runner import CallbackPlan
 from tianji_dask.core.stop import StopRules
 
 
@@ -42,3 +43,5 @@ class CoreSpec:
     tensorboard_dir: str | None = None
     #: keep the log an exact re-execution needs (core/replay_log.py): relaxed and lockstep, one group
     replay_log: bool = False
+    #: the callbacks this learner calls (on a thread of their own), None: none
+    callbacks: CallbackPlan | None = None

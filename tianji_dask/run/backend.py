@@ -31,6 +31,8 @@ class RunPlan:
     #: on a cluster other runs share: the LEARNER worker and the EXPLORER workers this run may use
     learner_worker: str | None = None
     explorer_hosts: tuple[str, ...] | None = None
+    #: ``Callback`` objects given from Python (each learner gets its own copy off this process)
+    callbacks: tuple = ()
 
     @property
     def shares_cluster(self) -> bool:
@@ -38,7 +40,7 @@ class RunPlan:
 
     def core_spec(self, group: int = 0, *, explorer_workers: int = 1, **changes):
         return specs.core_spec(self.pipeline, self.prepared, out=self.out, t_process_start=self.t_process_start,
-                               explorer_workers=explorer_workers, group=group,
+                               explorer_workers=explorer_workers, group=group, run_id=self.run_id, callbacks=self.callbacks,
                                resume_from=changes.pop("resume_from", self.resume_from[group]), **changes)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tianji_dask.callbacks.runner import pooled
 from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 from tianji_dask.core.stop import StopRules
 
@@ -87,5 +88,6 @@ def pool_results(finals: list[dict], rules: StopRules, stop_reason: str | None, 
         age_s=age_summary(chunks[:, CHUNK_FIELDS.index("age_s")]),
         error="\n".join(errors) or None, checkpoint=[r["checkpoint"] for r in per], fusion=fusion,
         group_results=[{k: v for k, v in r.items() if k not in ("lost",)} for r in per],
+        callbacks=pooled([r.get("callbacks") for r in per]),
     )
     return results, episodes, chunks

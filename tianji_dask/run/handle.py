@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
@@ -60,12 +61,15 @@ class Run:
     the LEARNER worker this run's learner lives on and the EXPLORER workers its streams may use;
     such a run leaves the cluster-wide figures (CPU, explorer memory, dataflow overhead) out of
     its results, since they would count the other runs too.
+    ``callbacks``: ``tianji_dask.Callback`` objects, called after the pipeline's own; in single mode
+    these very objects, otherwise a copy in each learner's process (cloudpickled, as Dask sends it).
     ``imported_at``: when the caller's own imports were done (the CLI's), for the start-up record.
     """
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
                  learner_worker: str | None = None, explorer_workers: list[str] | None = None,
-                 imported_at: float | None = None, _resume_from: list[str] | None = None, _from_version: int = -1):
+                 callbacks: list | None = None, imported_at: float | None = None, _resume_from: list[str] | None = None,
+                 _from_version: int = -1):
         # when each step of the start was reached (Unix times)
         self._startup: dict[str, float] = {"import": imported_at or time.time()}
         p = self.pipeline = as_pipeline(pipeline, overrides)
@@ -93,6 +97,7 @@ class Run:
         self.t_process_start = process_start_time()
         self._rules = StopRules.of(p.stop)
         self._prepared = check_pipeline(p, has_client=client is not None)
+        self.callbacks = check_objects(callbacks, p.mode)
         self._startup["checked"] = time.time()
 
     @classmethod
@@ -133,7 +138,7 @@ class Run:
     def plan(self) -> RunPlan:
         return RunPlan(pipeline=self.pipeline, prepared=self._prepared, run_id=self.run_id, out=self.out,
                        t_process_start=self.t_process_start, env_seed=self._env_seed, resume_from=self.resume_from,
-                       learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts)
+                       learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts, callbacks=self.callbacks)
 
     # ---- what the backend holds ------------------------------------------------------------
     @property

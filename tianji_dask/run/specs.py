@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tianji_dask.callbacks.runner import CallbackPlan
 from tianji_dask.config import Pipeline
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
@@ -39,7 +40,9 @@ def law(p: Pipeline, prepared: Prepared) -> dict:
 
 
 def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: float, explorer_workers: int = 1,
-              group: int = 0, resume_from: str | None = None, keep_t_run_start: float | None = None) -> CoreSpec:
+              group: int = 0, resume_from: str | None = None, keep_t_run_start: float | None = None,
+              run_id: str = "", callbacks: tuple = ()) -> CoreSpec:
+    """``callbacks``: ``Callback`` objects given from Python, called after the pipeline's own."""
     rules = StopRules.of(p.stop)
     ckpt = p.checkpoint
     return CoreSpec(
@@ -57,7 +60,17 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
         replay_log=p.mode != "single" and p.groups == 1,
         tensorboard_dir=str((out / "tensorboard").resolve()) if p.logging.tensorboard else None,
+        callbacks=callback_plan(p, out=out, run_id=run_id, group=group, objects=callbacks),
     )
+
+
+def callback_plan(p: Pipeline, *, out: Path, run_id: str, group: int, objects: tuple = ()) -> CallbackPlan | None:
+    """A learner's callbacks: the pipeline's entries (built where the learner runs), then ``objects``."""
+    entries = (*p.callbacks, *objects)
+    if not entries:
+        return None
+    return CallbackPlan(entries=entries, info={"run_id": run_id, "out": str(Path(out).resolve()), "group": group,
+                                               "pipeline": p.model_dump(mode="json")})
 
 
 def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str, group: int = 0,
