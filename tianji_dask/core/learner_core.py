@@ -118,7 +118,6 @@ class LearnerCore:
                  "policy_version": int(chunk["policy_version"]), "version": self.version, "env_steps": steps}
                 for t, ret, length in eps[:, :3]]
 
-
     def record_lost(self, key: str, explorer_id: int, why: str) -> None:
         self.ledger.record_lost(key, explorer_id, why)
 
