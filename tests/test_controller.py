@@ -334,7 +334,7 @@ def test_explorer_errors_return_their_credits(tianji_client, tmp_path):
     ctrl = results["controller"]
     erred = [lost for lost in results["lost"] if "FailingCartPole: broke" in lost["reason"]]
     assert erred and all(lost["explorer_id"] == 0 for lost in erred)
-    assert erred[0]["reason"].startswith("RuntimeError: explorer 0, env sleepy_env:FailingCartPole-v0: RuntimeError")
+    assert erred[0]["reason"].startswith("explorer 0, env sleepy_env:FailingCartPole-v0: RuntimeError")
     assert ctrl["credits_returned"]["erred"] >= len(erred)
     assert ctrl["chunks_in_flight"] == 0 and ctrl["credits_granted"] == sum(ctrl["credits_returned"].values())
     assert results["stop_reason"] == "max_seconds" and results["updates"] > 0
@@ -348,7 +348,8 @@ def test_an_explorer_that_always_fails_stops_the_run(tianji_client, tmp_path):
     })
     results = run.start().wait()
     assert results["stop_reason"] == "explorer_failures"
-    assert results["error"].startswith("explorer 1 failed 3 chunks in a row; last: RuntimeError: explorer 1")
+    assert results["error"].startswith("explorer 1 failed 3 chunks in a row; last: explorer 1")
+    assert (tmp_path / "broken" / "error.txt").read_text().count("Traceback") == 1  # the explorer's, in the run folder
     failed = [lost for lost in results["lost"] if lost["explorer_id"] == 1 and "FailingCartPole" in lost["reason"]]
     assert len(failed) >= 3  # it stopped on the failures, not on its time budget
     assert results["controller"]["chunks_in_flight"] == 0

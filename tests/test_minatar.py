@@ -29,7 +29,7 @@ PIPELINE = {"name": "t", "env": {"id": BREAKOUT, "register": REGISTER, "num_envs
 @pytest.mark.parametrize("spec,says", [
     ("minatar.gym", "must be 'module:callable'"),
     ("no_such_module_xyz:register_envs", "cannot import module 'no_such_module_xyz'"),
-    ("minatar.gym:no_such_function", "module 'minatar.gym' has no callable 'no_such_function'"),
+    ("minatar.gym:no_such_function", "module 'minatar.gym' has no attribute 'no_such_function'"),
     ("json:dumps", "json:dumps() failed (TypeError"),
 ])
 def test_a_bad_register_is_one_line_naming_env_register(spec, says):

@@ -9,3 +9,30 @@ class PipelineError(ValueError):
 class RunFault(RuntimeError):
     """A fault outside the user's input that stopped a run (a full disk, a cluster gone); ``str()``
     is the one line to show (exit 1 in the CLI)."""
+
+
+class UserCodeError(RuntimeError):
+    """What an algorithm raised where the project called it (in an explorer); ``str()`` is one
+    line naming the class and method, ``detail`` the traceback. Pickles with both, as Dask sends
+    a task's exception to the learner."""
+
+    def __init__(self, line: str, detail: str = ""):
+        super().__init__(line)
+        self.detail = detail
+
+    def __reduce__(self):
+        return type(self), (str(self), self.detail)
+
+
+def raised_in(err: BaseException, cls: type) -> str:
+    """One line for ``err``: ``"Class.method raised Type: message"``, naming the outermost frame
+    of the traceback that ran a method of an instance of ``cls`` (the user's class, when they
+    brought it), or ``"Type: message"`` when none did."""
+    tb, where = err.__traceback__, None
+    while tb is not None and where is None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, cls):
+            where = f"{type(owner).__qualname__}.{tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    text = f"{type(err).__name__}: {err}"
+    return f"{where} raised {text}" if where else text

@@ -80,6 +80,7 @@ def check_multiagent_spaces(obs_space, action_space) -> tuple[int, int, int]:
 
 
 class MADDPG(ReplayPacing, Algorithm):
+    Config = MADDPGConfig
     on_policy = False
 
     def __init__(self, obs_space, action_space, config: MADDPGConfig, seed: int = 0):

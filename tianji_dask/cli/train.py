@@ -84,7 +84,7 @@ def cmd_train(args, invocation: Invocation) -> int:
     p = run.pipeline
     explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
     groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
-    print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.name}, {p.mode}, {groups})", flush=True)
+    print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.label}, {p.mode}, {groups})", flush=True)
     if p.simulated():
         print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
               f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
@@ -147,7 +147,8 @@ def _train(run, invocation: Invocation, quiet: bool, verbose: bool = False) -> i
             run.stop()
             results = run.wait()
     if results.get("error"):
-        print(f"tianji-dask: the run failed:\n{results['error']}", file=sys.stderr)
+        where = f" (traceback: {run.out / results['error_file']})" if results.get("error_file") else ""
+        print(f"tianji-dask: the run failed: {results['error']}{where}", file=sys.stderr)
     if results["solved"]:
         stop = run.pipeline.stop
         rule = (f"evaluation mean over {run.pipeline.eval.episodes} episodes" if stop.on == "eval"

@@ -123,7 +123,7 @@ def render() -> str:
     lines = [
         "# Pipeline reference",
         "",
-        f"Generated from the models in `tianji_dask/config.py` and `tianji_dask/algos/`; regenerate with "
+        f"Generated from the models in `tianji_dask/config/` and `tianji_dask/algos/`; regenerate with "
         f"`{REGENERATE}`.",
         "A pipeline is a YAML mapping of the fields below; unknown keys, wrong types and out-of-range values are "
         "errors that name the field. Nested sections are written as nested mappings (`stop: {target_return: 475}`); "
@@ -135,9 +135,11 @@ def render() -> str:
         lines += [f"## {path}", "", *_doc(model)]
         if model.__name__ == "AlgoSection":
             names = ", ".join(f"[`{n}`](#{_anchor('algo.config: ' + n)})" for n in sorted(registry))
-            lines += [f"`name` is one of {names}; `config` holds that algorithm's fields, each optional.", ""]
+            lines += [f"`name` is one of {names}, or `'module:Class'` naming your own subclass of `tianji_dask.Algorithm` "
+                      "([extending.md](extending.md)); `config` holds that algorithm's fields, each optional.", ""]
         lines += [*_table(model, links), ""]
-    for name, (_, cfg) in sorted(registry.items()):
+    for name, algo_cls in sorted(registry.items()):
+        cfg = algo_cls.Config
         lines += [f"## algo.config: {name}", "", *_doc(cfg), *_table(cfg, links), ""]
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from tianji_dask.algos import algorithm_registry
+from tianji_dask.algos import config_model, validate_config
 from tianji_dask.config.bundled import resolve_pipeline_path
 from tianji_dask.config.sections import (
     AlgoSection,
@@ -65,7 +65,6 @@ class Pipeline(StrictModel):
         except ValueError as err:
             raise PipelineError(str(err)) from None
         return self
-
 
     @model_validator(mode="after")
     def _eval(self):
@@ -146,17 +145,15 @@ class Pipeline(StrictModel):
 
     @model_validator(mode="after")
     def _algo_config(self):
-        _, cfg_cls = algorithm_registry()[self.algo.name]
         try:
-            cfg_cls.model_validate(self.algo.config)
+            validate_config(self.algo.cls, self.algo.config)
         except ValidationError as err:
-            raise PipelineError(one_line(err, prefix="algo.config", model=cfg_cls)) from None
+            raise PipelineError(one_line(err, prefix="algo.config", model=config_model(self.algo.cls))) from None
         return self
 
     @property
     def algo_config(self):
-        _, cfg_cls = algorithm_registry()[self.algo.name]
-        return cfg_cls.model_validate(self.algo.config)
+        return validate_config(self.algo.cls, self.algo.config)
 
     @property
     def window(self) -> int:

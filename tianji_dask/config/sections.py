@@ -9,9 +9,16 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
-from tianji_dask.algos import algorithm_registry
+from tianji_dask.algos import ALLOWED, algorithm_label, resolve_algorithm
 from tianji_dask.config.addresses import listen_address, scheduler_address
 from tianji_dask.config.bundled import (  # noqa: F401 - config's API
     bundled_pipelines,
@@ -19,6 +26,7 @@ from tianji_dask.config.bundled import (  # noqa: F401 - config's API
     resolve_pipeline_path,
 )
 from tianji_dask.errors import PipelineError
+from tianji_dask.importing import spec_of
 
 Mode = Literal["relaxed", "lockstep", "single"]
 
@@ -59,16 +67,33 @@ class EnvConfig(StrictModel):
 
 
 class AlgoSection(StrictModel):
-    name: str
-    config: dict[str, Any] = Field(default_factory=dict)
+    name: Any = Field(description="a bundled algorithm (dqn, impala, maddpg, ppo, sac), 'module:Class' naming a subclass "
+                      "of tianji_dask.Algorithm (imported in every process; a class defined in __main__, such as a "
+                      "notebook's, is given from Python as the class itself and travels to the workers by value)")
+    config: dict[str, Any] = Field(default_factory=dict, description="the algorithm's hyperparameters (its Config model)")
 
     @field_validator("name")
     @classmethod
-    def _known(cls, name: str) -> str:
-        names = sorted(algorithm_registry())
-        if name not in names:
-            raise ValueError(f"must be one of {', '.join(names)}")
-        return name
+    def _known(cls, name):
+        if not isinstance(name, (str, type)):
+            raise ValueError(f"must be {ALLOWED} (got {type(name).__name__})")
+        cls = resolve_algorithm(name)  # ValueError (one line) when it names no usable class
+        # a class of __main__ (a notebook's, a script's) stays the class: the workers' __main__ is not the driver's
+        return cls if isinstance(name, str) and name.startswith("__main__:") else name
+
+    @field_serializer("name", when_used="json")
+    def _spec(self, name):
+        return name if isinstance(name, str) else spec_of(name)
+
+    @property
+    def cls(self):
+        """The algorithm's class."""
+        return resolve_algorithm(self.name)
+
+    @property
+    def label(self) -> str:
+        """What messages call it: the bundled name, the spec, or the class's name."""
+        return algorithm_label(self.name)
 
 
 class StopConfig(StrictModel):

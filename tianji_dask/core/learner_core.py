@@ -17,6 +17,7 @@ from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.replay_log import ReplayLog, weights_digest
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.torch_setup import learner_device, prepare_torch
+from tianji_dask.errors import raised_in
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class LearnerCore:
             if spec.device != "cpu":
                 self.replay_log.not_replayable(f"the learner trained on {spec.device}, which is not bit-for-bit repeatable")
         self.error: str | None = None
+        self.error_detail: str | None = None  # the traceback behind error, when there is one
         self._tensorboard = None
         if spec.tensorboard_dir:
             from tianji_dask.observe.tensorboard import ScalarLog
@@ -181,13 +183,13 @@ class LearnerCore:
         except checkpoint.CheckpointWriteError as err:
             self.error = str(err)
             self.request_stop("disk")
-        except BaseException:  # noqa: BLE001 - reported in the results, never swallowed
-            self.error = traceback.format_exc()
-            self.request_stop("error")
+        except BaseException as err:  # noqa: BLE001 - reported in the results, never swallowed
+            self.fail(f"learner: {raised_in(err, type(self.algo))}", "error", detail=traceback.format_exc())
 
-    def fail(self, error: str, reason: str) -> None:
-        """Stop the run for ``reason`` and report ``error`` with its results."""
-        self.error = error
+    def fail(self, error: str, reason: str, detail: str | None = None) -> None:
+        """Stop the run for ``reason`` and report ``error`` (one line) with its results, and
+        ``detail`` (a traceback), which the run writes to its error.txt."""
+        self.error, self.error_detail = error, detail
         self.request_stop(reason)
 
     # ---- reading ----------------------------------------------------------------------------
@@ -212,7 +214,7 @@ class LearnerCore:
         episodes, chunks = ledger.arrays()
         ledger.discard_spill()  # the rows go out with the results
         results = ledger.results(self.version, arrays=(episodes, chunks), extra={
-            "error": self.error, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
+            "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),

@@ -22,6 +22,7 @@ from tianji_dask.envs.marl import (
     check_parallel_env_id,
     is_parallel_env_id,
 )
+from tianji_dask.importing import load_object
 
 REGISTER_ALLOWED = ("'module:callable', a function of an importable module that registers gymnasium ids, "
                     "called with no arguments (e.g. minatar.gym:register_envs)")
@@ -51,18 +52,9 @@ def with_register(env_id: str, spec: str | None) -> str:
 def resolve_register(spec: str):
     """The callable a ``module:callable`` spec names; ValueError (one line) when it is malformed,
     its module cannot be imported or has no such callable."""
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name or ":" in name:
-        raise ValueError(f"must be {REGISTER_ALLOWED} (got {spec!r})")
-    try:
-        mod = importlib.import_module(module)
-    except Exception as err:  # ImportError, or whatever the module's own import raises
-        raise ValueError(f"cannot import module {module!r} ({type(err).__name__}: {err}); allowed: {REGISTER_ALLOWED}") from None
-    fn = mod
-    for part in name.split("."):
-        fn = getattr(fn, part, None)
+    fn = load_object(spec, REGISTER_ALLOWED)
     if not callable(fn):
-        raise ValueError(f"module {module!r} has no callable {name!r}; allowed: {REGISTER_ALLOWED}")
+        raise ValueError(f"{spec!r} is not callable; allowed: {REGISTER_ALLOWED}")
     return fn
 
 

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from tianji_dask.algos import make_algorithm
+from tianji_dask.algos import algorithm_registry, make_algorithm
 from tianji_dask.config import Pipeline, PipelineError
 from tianji_dask.envs.vector import env_spaces
 
@@ -33,10 +33,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     this machine)."""
     obs_space, act_space = _spaces(p)
     make_algo = functools.partial(make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed)
-    try:
-        algo = make_algo()
-    except ValueError as err:
-        raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
+    algo = _build(p, make_algo)
     # on-policy chunks hold their credit until trained on: a window below one update's chunks deadlocks
     chunks_per_update = algo.chunks_per_update()
     c = p.controller
@@ -44,7 +41,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
         value = getattr(c, field)
         if p.mode == "relaxed" and value is not None and value < chunks_per_update:
             raise PipelineError(
-                f"controller.{field}: must be >= {chunks_per_update}, the chunks one {p.algo.name} update "
+                f"controller.{field}: must be >= {chunks_per_update}, the chunks one {p.algo.label} update "
                 f"needs (a smaller window deadlocks; got {value})"
             )
     if p.logging.tensorboard:
@@ -56,7 +53,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     _check_device(p, algo, has_client)
     progress = algo.replay_progress()
     if isinstance(c.replay_ratio, tuple) and progress is None:
-        raise PipelineError(f"controller.replay_ratio: {p.algo.name} does not replay; remove replay_ratio")
+        raise PipelineError(f"controller.replay_ratio: {p.algo.label} does not replay; remove replay_ratio")
     replay_ratio = None
     if progress is not None and c.replay_ratio is not None:
         r = progress["ratio"]  # auto: [r/2, 2r] around the algorithm's own ratio
@@ -66,6 +63,26 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
         reduce_every=p.reduce.every or (1 if algo.on_policy else 16),
         reduce_barrier=algo.on_policy if p.reduce.barrier is None else p.reduce.barrier,
     )
+
+
+def _build(p: Pipeline, make_algo):
+    """The algorithm, built once here; what its constructor refuses is one line. A class of the
+    user's must also pickle (cloudpickle, as Dask sends it) to reach the workers."""
+    try:
+        algo = make_algo()
+    except ValueError as err:
+        raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
+    except Exception as err:  # noqa: BLE001 - a user's constructor may raise anything
+        raise PipelineError(f"algo.name: {p.algo.label}({p.env.id} spaces) raised {type(err).__name__}: {err}") from None
+    if p.mode != "single" and p.algo.label not in algorithm_registry():
+        import cloudpickle
+
+        try:
+            cloudpickle.dumps(make_algo)
+        except Exception as err:  # noqa: BLE001
+            raise PipelineError(f"algo.name: {p.algo.label} cannot be pickled to reach the workers "
+                                f"({type(err).__name__}: {err})") from None
+    return algo
 
 
 def _spaces(p: Pipeline):
@@ -87,7 +104,7 @@ def _spaces(p: Pipeline):
 
 def _check_device(p: Pipeline, algo, has_client: bool) -> None:
     if p.learner.device.partition(":")[0] not in algo.device_types:
-        raise PipelineError(f"learner.device: {p.algo.name} trains on {' or '.join(algo.device_types)} only (got {p.learner.device})")
+        raise PipelineError(f"learner.device: {p.algo.label} trains on {' or '.join(algo.device_types)} only (got {p.learner.device})")
     if p.learner.device != "cpu" and (p.mode == "single" or (not has_client and p.cluster.kind == "local")):
         from tianji_dask.core.torch_setup import learner_device
 

@@ -61,17 +61,21 @@ class Run:
     the LEARNER worker this run's learner lives on and the EXPLORER workers its streams may use;
     such a run leaves the cluster-wide figures (CPU, explorer memory, dataflow overhead) out of
     its results, since they would count the other runs too.
+    ``algorithm``: the algorithm as ``algo.name`` takes it, e.g. a subclass of ``tianji_dask.Algorithm``
+    defined in a notebook cell (it travels to the workers by value); ``algo.config`` must suit it.
     ``callbacks``: ``tianji_dask.Callback`` objects, called after the pipeline's own; in single mode
     these very objects, otherwise a copy in each learner's process (cloudpickled, as Dask sends it).
     ``imported_at``: when the caller's own imports were done (the CLI's), for the start-up record.
     """
 
     def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
-                 learner_worker: str | None = None, explorer_workers: list[str] | None = None,
+                 learner_worker: str | None = None, explorer_workers: list[str] | None = None, algorithm=None,
                  callbacks: list | None = None, imported_at: float | None = None, _resume_from: list[str] | None = None,
                  _from_version: int = -1):
         # when each step of the start was reached (Unix times)
         self._startup: dict[str, float] = {"import": imported_at or time.time()}
+        if algorithm is not None:  # a class (e.g. a notebook's) or 'module:Class', as algo.name
+            overrides = {**(overrides or {}), "algo.name": algorithm}
         p = self.pipeline = as_pipeline(pipeline, overrides)
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -289,6 +293,21 @@ class Run:
                 stopped = True
         return self._write()
 
+    def _write_tracebacks(self, results: dict) -> str | None:
+        """Move the learners' tracebacks out of the results into ``error.txt``; its name, or None."""
+        per = [results, *results.get("group_results", [])]
+        tracebacks = [r.pop("error_traceback", None) for r in per]
+        texts = tracebacks[1:] if len(per) > 1 else tracebacks
+        found = [(g, text) for g, text in enumerate(texts) if text]
+        if not found:
+            return None
+        body = "\n".join(text if len(texts) == 1 else f"group {g}:\n{text}" for g, text in found)
+        try:
+            (self.out / "error.txt").write_text(f"{results.get('error')}\n\n{body}")
+        except OSError:
+            return None  # the one line is still in the results
+        return "error.txt"
+
     def _write(self) -> dict:
         backend, replay = self._backend, None
         if len(self._finals) > 1:
@@ -299,12 +318,13 @@ class Run:
             replay = final.get("replay")
         p = self.pipeline
         results.update(
-            run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.name, seed=p.seed,
+            run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
             explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
             pipeline_config=p.model_dump(mode="json"),
         )
         results["simulated"] = p.simulated()
         results["startup"] = self._startup_results()
+        results["error_file"] = self._write_tracebacks(results)
         results.update(backend.figures(results))
         try:
             self.results_path = write_results(self.out, results, episodes, chunks, replay=replay)

@@ -65,7 +65,7 @@ class Loop:
             self.core.record_lost(arrival.key, arrival.stream, arrival.lost)
             if arrival.failed and arrival.failures >= self.spec.max_explorer_failures:
                 self.core.fail(f"explorer {arrival.stream} failed {arrival.failures} chunks in a row; last: {arrival.lost}",
-                               "explorer_failures")
+                               "explorer_failures", detail=arrival.detail)
 
     def _ingest(self, arrival) -> None:
         chunk = arrival.chunk

@@ -19,6 +19,7 @@ from tianji_dask import dask_internals
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import DirectRoute, explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
+from tianji_dask.errors import UserCodeError
 
 # a direct chunk's task returns only once the sink holds its bytes, so they are here when its
 # result is; this bounds a wait that should not happen (the chunk is then reported lost)
@@ -50,13 +51,17 @@ class Arrival:
     failed: bool = False
     failures: int = 0
     explore: dict | None = None  # the exploration settings its task acted with
+    detail: str | None = None  # a failed task's traceback, when its explorer sent one
 
 
 def describe_error(error) -> str:
     """One line for a failed explorer task (``as_completed`` hands over ``(type, value, tb)``)."""
-    if isinstance(error, tuple) and len(error) == 3:
-        error = error[1]
-    return f"{type(error).__name__}: {error}"
+    error = _exception(error)
+    return str(error) if isinstance(error, UserCodeError) else f"{type(error).__name__}: {error}"
+
+
+def _exception(error):
+    return error[1] if isinstance(error, tuple) and len(error) == 3 else error
 
 
 class ExplorerStream:
@@ -144,6 +149,7 @@ class ExplorerStream:
         elif future.status != "finished":
             self._failures[stream] += 1
             arrival.lost, arrival.failed, arrival.failures = describe_error(result), True, self._failures[stream]
+            arrival.detail = getattr(_exception(result), "detail", None)
         else:
             if isinstance(result, DirectChunk):
                 with self._timed("receive"):
