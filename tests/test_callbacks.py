@@ -84,6 +84,11 @@ class NeedsMissing(Callback):
         require("tianji_no_such_package", "nothing")
 
 
+def _wandb_processes():
+    """This process's children that are wandb's service."""
+    return [p.pid for p in psutil.Process().children(recursive=True) if "wandb" in " ".join(p.cmdline())]
+
+
 def _by_hook(calls):
     hooks = collections.defaultdict(list)
     for call in calls:
@@ -202,7 +207,8 @@ def test_relaxed_mode_calls_them_in_the_learners_process(tianji_client, tmp_path
     log = tmp_path / "calls.jsonl"
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "run", callbacks=[Recorder(str(log))], overrides={
         "stop.max_env_steps": 12_000, "stop.target_return": None, "checkpoint.every_versions": 2,
-        "eval": {"every_versions": 2, "episodes": 2}, "callbacks": ["tianji_dask.callbacks.mlflow:MLflowLogger"]})
+        "eval": {"every_versions": 2, "episodes": 2},
+        "callbacks": ["tianji_dask.callbacks.mlflow:MLflowLogger", "tianji_dask.callbacks.wandb:WandbLogger"]})
     results = run.start().wait()
     assert results["error"] is None
     calls = [tuple(json.loads(line)) for line in log.read_text().splitlines()]
@@ -210,7 +216,11 @@ def test_relaxed_mode_calls_them_in_the_learners_process(tianji_client, tmp_path
     assert results["callbacks"]["errors"] == {}
     assert [(v, mean, n) for v, mean, n in hooks["on_evaluation"]] == [(e["version"], e["mean"], 2) for e in results["eval"]]
     assert results["eval"]
-    # the pipeline's logger was built on the learner's worker and wrote to the run's folder
+    # the pipeline's loggers were built on the learner's worker and wrote to the run's folder; no
+    # wandb service outlives the run in the worker's process
+    assert not any(tianji_client.run(_wandb_processes).values())
+    (wandb_log,) = (run.out / "wandb").glob("offline-run-*/run-*.wandb")
+    assert sum(r.WhichOneof("record_type") == "exit" for r in _wandb_records(wandb_log)) == 1
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client, mlflow_run = _mlflow_run(run)
     assert len(client.get_metric_history(mlflow_run.info.run_id, "episode/return")) == results["episodes"]
@@ -328,8 +338,7 @@ def test_wandb_logger_offline_holds_the_runs_episodes_and_updates(tmp_path):
               overrides={**SINGLE, "callbacks": ["tianji_dask.callbacks.wandb:WandbLogger"]})
     results = run.start().wait()
     assert results["error"] is None and results["callbacks"]["errors"] == {}
-    # wandb's service process ended with the run
-    assert not [p for p in psutil.Process().children(recursive=True) if "wandb" in " ".join(p.cmdline())]
+    assert not _wandb_processes()  # wandb's service process ended with the run
     (log,) = (run.out / "wandb").glob("offline-run-*/run-*.wandb")
     kinds, history = collections.Counter(), []
     for record in _wandb_records(log):
