@@ -110,6 +110,9 @@ def _reaches(name: str) -> set[str]:
     ("tianji_dask.core", ("dask", "distributed", "tianji_dask.dataflow", "tianji_dask.run", "tianji_dask.launch",
                           "tianji_dask.cli", "tianji_dask.config")),
     ("tianji_dask.chunk", ("dask", "distributed", "torch")),
+    ("tianji_dask.callbacks", ("dask", "distributed", "tianji_dask.dataflow", "tianji_dask.run", "tianji_dask.launch",
+                               "tianji_dask.cli")),
+    ("tianji_dask.testing", ("dask", "distributed", "tianji_dask.dataflow", "tianji_dask.run", "tianji_dask.launch")),
 ])
 def test_each_layer_imports_only_what_it_may(scope, forbidden):
     bad = []

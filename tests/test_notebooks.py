@@ -14,6 +14,8 @@ EXPECT = {
     "02-staleness.ipynb": ["results in", "target 2: mean staleness", "target 6: mean staleness"],
     "04-sweep.ipynb": ["best: {'number'", "files: ['best.yaml', 'study.db', 'sweep.json', 'sweep.png', 'trials']",
                        "best.yaml trained: solved"],
+    "05-your-own-algorithm.ipynb": ["contract violations: []", "algorithm: ClippedPG  env steps:",
+                                    "random play scores about 20): True", "results in"],
     "03-scale-out.ipynb": ["existing cluster: solved", "results in"]
     + (["slurm: solved"] if shutil.which("sbatch") else []),
 }
