@@ -69,6 +69,13 @@ class Algorithm(ABC):
         rescaled to a Box's bounds). Chunks keep ``actions`` themselves: what the policy sampled."""
         return actions
 
+    def policy_module(self) -> torch.nn.Module:
+        """The deterministic policy as a plain CPU torch module, for export: a float32 batch of
+        observations (B, *obs_space.shape) as the env gives them -> the env's actions, int64 (B,)
+        for Discrete, float32 (B, A) for Box, as ``env_action`` of ``act`` with exploration off
+        makes them (normalization folded in). A copy: later training does not change it."""
+        raise NotImplementedError(f"{type(self).__name__} has no exportable policy network; load_policy still acts through act()")
+
     def exploration(self, env_steps: int, updates: int) -> dict:
         """Exploration parameters for explorers, given the learner's progress so far."""
         return {}

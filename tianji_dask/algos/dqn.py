@@ -247,3 +247,10 @@ class DQN(ReplayPacing, Algorithm):
         self.env_steps_past_warmup = int(state.get("env_steps_past_warmup", 0))
         self.rng.bit_generator.state = state["rng"]
         self.replay.load_state_dict(state["replay"])
+
+    # ---- export ------------------------------------------------------------------------
+    def policy_module(self) -> torch.nn.Module:
+        """The greedy action of a copy of the online Q network."""
+        from tianji_dask.algos.policy import GreedyQ, frozen
+
+        return frozen(GreedyQ(self.q))

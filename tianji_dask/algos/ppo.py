@@ -233,3 +233,10 @@ class PPO(SegmentActorCritic, Algorithm):
         self.rng.bit_generator.state = state["rng"]
         self._load_statistics_state(state)
         self.segments, self.segment_versions = [], []
+
+    # ---- export ------------------------------------------------------------------------
+    def policy_module(self) -> torch.nn.Module:
+        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor."""
+        from tianji_dask.algos.policy import actor_critic_policy
+
+        return actor_critic_policy(self)

@@ -269,3 +269,10 @@ class SAC(ReplayPacing, Algorithm):
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         self.replay.load_state_dict(state["replay"])
+
+    # ---- export ------------------------------------------------------------------------
+    def policy_module(self) -> torch.nn.Module:
+        """tanh of the mean of a copy of the actor, rescaled to the Box's bounds."""
+        from tianji_dask.algos.policy import SquashedMean, frozen
+
+        return frozen(SquashedMean(self.actor, self.action_scale, self.action_bias, self.obs_norm))

@@ -70,7 +70,8 @@ def _dispatch(args, invocation: Invocation) -> int:
     from tianji_dask.cli import commands
 
     return {"plot": commands.cmd_plot, "pipelines": commands.cmd_pipelines, "show": commands.cmd_show,
-            "eval": commands.cmd_eval, "replay": commands.cmd_replay}[args.command](args)
+            "eval": commands.cmd_eval, "export": commands.cmd_export,
+            "replay": commands.cmd_replay}[args.command](args)
 
 
 if __name__ == "__main__":

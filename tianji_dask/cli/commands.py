@@ -1,4 +1,4 @@
-"""The small subcommands: ``pipelines``, ``eval``, ``replay``, ``show`` and ``plot``."""
+"""The small subcommands: ``pipelines``, ``eval``, ``export``, ``replay``, ``show`` and ``plot``."""
 
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ def cmd_eval(args) -> int:
     print("tianji-dask: returns " + ", ".join(f"{r:.1f}" for r in ev.returns))
     for video in ev.videos:
         print(f"tianji-dask: video {video}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from tianji_dask.export import check_format, export_policy, load_policy
+
+    check_format(args.fmt)  # before the checkpoint is read
+    policy = load_policy(args.run_dir, checkpoint_path=args.checkpoint)
+    path = export_policy(policy, args.fmt, args.out)
+    print(f"tianji-dask: wrote {path} ({args.fmt}): deterministic policy of {policy.checkpoint} (version {policy.version})")
     return 0
 
 

@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), default=0,
                     help="env seed of the first episode (the next ones count up)")
     ev.add_argument("--video", metavar="DIR", help="write one MP4 per episode here (needs the video extra)")
+    ex = sub.add_parser("export", help="write a run's deterministic policy (newest checkpoint) as a TorchScript or ONNX file")
+    ex.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
+    ex.add_argument("--format", required=True, choices=["torchscript", "onnx"], dest="fmt",
+                    help="torchscript (torch.jit.load) or onnx (needs the export extra)")
+    ex.add_argument("--out", required=True, metavar="FILE", help="the file to write (replaced if there)")
+    ex.add_argument("--checkpoint", help="a checkpoint file (default: the run's newest)")
     rp = sub.add_parser("replay", help="re-execute a relaxed or lockstep run exactly, in one process, and check its final weights")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
     sw = sub.add_parser("sweep", help="search hyperparameters: an Optuna study (or --pbt) of trials run K at a time on one cluster")

@@ -1,0 +1,96 @@
+"""A trained policy out of a run: ``load_policy`` finds a checkpoint (a run's newest, as ``tianji-dask
+eval`` does, or one named), rebuilds the algorithm for the env's spaces and gives a ``Policy``
+that acts as explorers act, in this process (no Dask)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tianji_dask.envs.play import DETERMINISTIC
+from tianji_dask.errors import PipelineError
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    import torch
+
+    from tianji_dask.algos import Algorithm
+
+ALLOWED = "a run directory (with pipeline.yaml), a checkpoint file in one, or a folder of checkpoints in one"
+
+
+@dataclass
+class Policy:
+    """A checkpoint's policy: ``act`` through the algorithm itself, ``module()`` as a torch module."""
+
+    algorithm: Algorithm
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Space
+    version: int
+    checkpoint: str
+
+    def act(self, obs, deterministic: bool = True) -> np.ndarray:
+        """The env actions for one observation (shaped as ``observation_space``) or a batch of them:
+        the algorithm's ``act`` (exploration off with ``deterministic``, else its own sampling with
+        ``{}``), then its ``env_action`` (continuous actions clipped or rescaled into the Box)."""
+        obs = np.asarray(obs)
+        shape = tuple(self.observation_space.shape)
+        single = obs.shape == shape
+        if not single and obs.shape[1:] != shape:
+            raise ValueError(f"obs: shape {obs.shape}; allowed: {shape} (one observation) or (B, *{shape}) (a batch)")
+        actions, _ = self.algorithm.act(obs[None] if single else obs, DETERMINISTIC if deterministic else {})
+        actions = np.asarray(self.algorithm.env_action(actions))
+        return actions[0] if single else actions
+
+    def module(self) -> torch.nn.Module:
+        """The algorithm's ``policy_module()``: the deterministic policy as a CPU torch module."""
+        return self.algorithm.policy_module()
+
+
+def locate(path: str | os.PathLike, checkpoint_path: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
+    """(run directory, checkpoint file or None for the run's newest) for ``path``: a run directory
+    (with ``checkpoint_path``, that file); a checkpoint file, or a folder's newest, in a run directory."""
+    from tianji_dask.core import checkpoint
+
+    path = Path(path)
+    if (path / "pipeline.yaml").is_file():
+        return path, None if checkpoint_path is None else Path(checkpoint_path)
+    if checkpoint_path is not None:
+        raise PipelineError(f"run_dir: {str(path)!r} is not a run directory (no pipeline.yaml); allowed with a checkpoint: a run directory")
+    run_dir = next((d for d in path.resolve().parents if (d / "pipeline.yaml").is_file()), None) if path.exists() else None
+    if run_dir is None:
+        raise PipelineError(f"run_dir: {str(path)!r} is not a run directory (no pipeline.yaml in it or above it); allowed: {ALLOWED}")
+    return run_dir, checkpoint.latest(path) if path.is_dir() else path
+
+
+def load_policy(path: str | os.PathLike, *, checkpoint_path: str | os.PathLike | None = None) -> Policy:
+    """The policy of a checkpoint: ``path`` is a run directory (its newest checkpoint, group 0, or
+    ``checkpoint_path``), a checkpoint file or a folder of checkpoints inside a run directory.
+    PipelineError (one line) for anything else, a damaged checkpoint or a multi-agent pipeline."""
+    from tianji_dask.algos import make_algorithm
+    from tianji_dask.config import load_pipeline
+    from tianji_dask.core import checkpoint
+    from tianji_dask.envs.marl import is_parallel_env_id
+    from tianji_dask.envs.vector import make_vec_env
+    from tianji_dask.run.specs import checkpoint_dirs
+
+    run_dir, ckpt = locate(path, checkpoint_path)
+    p = load_pipeline(run_dir / "pipeline.yaml")
+    if is_parallel_env_id(p.env.id):
+        raise PipelineError(f"load_policy: multi-agent pipelines ({p.env.id}) have no single policy to load; "
+                            "allowed: single-agent envs")
+    if ckpt is None:
+        ckpt = checkpoint.latest(checkpoint_dirs(run_dir, p.groups)[0])
+    state = checkpoint.load(ckpt)
+    env = make_vec_env(p.env.id, 1, seed=p.seed, **dict(p.env.kwargs))  # the spaces the algorithm was built for
+    try:
+        obs_space, action_space = env.single_observation_space, env.single_action_space
+    finally:
+        env.close()
+    algo = make_algorithm(p.algo.name, obs_space, action_space, p.algo_config.model_dump(), p.seed)
+    algo.load_state_dict(state["algo"])
+    return Policy(algo, obs_space, action_space, int(state["version"]), str(ckpt))
