@@ -82,6 +82,7 @@ class DQNConfig(AlgoConfig):
 
 
 class DQN(ReplayPacing, Algorithm):
+    Config = DQNConfig
     on_policy = False
     device_types = ("cpu", "cuda")
 

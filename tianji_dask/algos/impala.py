@@ -124,6 +124,7 @@ def _env_columns(segment: dict, envs: np.ndarray) -> dict:
 
 
 class IMPALA(SegmentActorCritic, Algorithm):
+    Config = IMPALAConfig
     on_policy = True  # consumed as updates take them, so staleness is measured at training time
     device_types = ("cpu", "cuda")
 

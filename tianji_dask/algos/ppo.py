@@ -93,6 +93,7 @@ def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncat
 
 
 class PPO(SegmentActorCritic, Algorithm):
+    Config = PPOConfig
     on_policy = True
     device_types = ("cpu", "cuda")
 

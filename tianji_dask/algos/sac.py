@@ -83,6 +83,7 @@ class Temperature(nn.Module):
 
 
 class SAC(ReplayPacing, Algorithm):
+    Config = SACConfig
     on_policy = False
     device_types = ("cpu", "cuda")
 
