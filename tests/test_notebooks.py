@@ -15,7 +15,8 @@ EXPECT = {
     "04-sweep.ipynb": ["best: {'number'", "files: ['best.yaml', 'study.db', 'sweep.json', 'sweep.png', 'trials']",
                        "best.yaml trained: solved"],
     "05-your-own-algorithm.ipynb": ["contract violations: []", "algorithm: ClippedPG  env steps:",
-                                    "random play scores about 20): True", "results in"],
+                                    "random play scores about 20): True", "results in",
+                                    "ONNX and load_policy agree on 1000 of 1000"],
     "03-scale-out.ipynb": ["existing cluster: solved", "results in"]
     + (["slurm: solved"] if shutil.which("sbatch") else []),
 }
