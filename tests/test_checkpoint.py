@@ -186,3 +186,25 @@ def test_zero_dimensional_arrays_keep_their_shape_and_normalizer_statistics_resu
     back = ObsNormalizer((3,))
     back.load_state_dict(state["norm"])
     assert back.count == norm.count and np.allclose(back.mean, norm.mean)
+
+
+def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = Run("cartpole_ppo", out=out, overrides={
+        "mode": "single", "stop.target_return": None, "stop.max_updates": 10, "checkpoint.every_versions": 2,
+    }).start().wait()
+    kept = sorted((out / "checkpoints").iterdir())
+    assert [p.name for p in kept] == ["ckpt-000000006.pt", "ckpt-000000008.pt", "ckpt-000000010.pt"], kept
+    kept[-1].write_bytes(kept[-1].read_bytes()[:100])  # the newest, cut short (a node lost mid-write)
+    run = Run.resume(out, overrides={"stop.max_updates": 12})
+    assert run.resume_from == (str(kept[1].resolve()),)
+    assert run.skipped_checkpoints == [f"{str(kept[-1])!r} is damaged or not a tianji checkpoint (RuntimeError)"]
+    second = run.start().wait()
+    assert second["error"] is None and first["final_version"] == 10 and second["final_version"] >= 12
+    assert second["stop_reason"] == "max_updates"
+    # the CLI says which it skipped, in one line; when none loads, one line and exit 2
+    for path in (out / "checkpoints").iterdir():
+        path.write_bytes(b"damaged")
+    code = main(["resume", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "none of the 3 checkpoints" in err and "is damaged" in err, err

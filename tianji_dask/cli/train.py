@@ -101,6 +101,8 @@ def cmd_resume(args, invocation: Invocation) -> int:
     from tianji_dask.run import Run
 
     run = Run.resume(args.run_dir, overrides=settings, imported_at=t_ready)
+    for line in run.skipped_checkpoints:
+        print(f"tianji-dask: skipped {line}", file=sys.stderr, flush=True)
     print(f"tianji-dask: resuming {run.pipeline.name} from {', '.join(run.resume_from)}", flush=True)
     return _train(run, invocation, args.quiet, args.verbose)
 

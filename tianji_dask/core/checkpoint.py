@@ -97,6 +97,22 @@ def latest(directory: str | os.PathLike) -> Path:
     return found[-1]
 
 
+def newest_loadable(directory: str | os.PathLike) -> tuple[Path, dict, list[str]]:
+    """The newest checkpoint of ``directory`` that loads: (its path, its state, one line for each
+    newer one skipped and why). CheckpointError (one line) when there is none, or none loads."""
+    d = Path(directory)
+    found = sorted((p for p in d.iterdir() if NAME.match(p.name)), reverse=True) if d.is_dir() else []
+    if not found:
+        raise CheckpointError(f"run_dir: no checkpoint in {str(d)!r}")
+    skipped = []
+    for path in found:
+        try:
+            return path, load(path), skipped
+        except CheckpointError as err:
+            skipped.append(str(err).removeprefix("checkpoint: "))
+    raise CheckpointError(f"run_dir: none of the {len(found)} checkpoints in {str(d)!r} loads (newest: {skipped[0]})")
+
+
 def load(path: str | os.PathLike) -> dict:
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")  # a GPU learner's checkpoint resumes anywhere

@@ -138,7 +138,7 @@ class DaskBackend(Backend):
             raise RunFault(f"learner: lost {len(self.restarts) + 1} times, giving up (last: {err}); "
                            f"`tianji-dask resume {out}` continues from the newest checkpoint") from None
         try:
-            path = checkpoint.latest(specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group])
+            path = checkpoint.newest_loadable(specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group])[0]
         except checkpoint.CheckpointError:
             path = None  # lost before its first checkpoint: it starts over (from the one this run resumed, if any)
         check_roles(self.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)

@@ -95,6 +95,8 @@ class Run:
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._finals: list[dict] | None = None  # one per learner
         self.results: dict | None = None
+        #: newer checkpoints a resume passed over, one line each (damaged files)
+        self.skipped_checkpoints: list[str] = []
         self.results_path: Path | None = None
         #: seconds from the learner's stop to the results written and to the cluster closed
         self.shutdown: dict[str, float] | None = None
@@ -107,19 +109,21 @@ class Run:
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None,
                imported_at: float | None = None) -> "Run":
-        """A Run that continues a stopped or crashed run from its newest checkpoint, writing to the
-        same directory: the learner's version, the episodes so far and the clock go on from
-        there. ``overrides`` apply on top of the run's pipeline (e.g. a new time budget)."""
+        """A Run that continues a stopped or crashed run from its newest checkpoint that loads
+        (``skipped_checkpoints`` says which newer ones did not, and why), writing to the same
+        directory: the learner's version, the episodes so far and the clock go on from there.
+        ``overrides`` apply on top of the run's pipeline (e.g. a new time budget)."""
         from tianji_dask.core import checkpoint
 
         d = Path(run_dir)
         if not (d / "pipeline.yaml").is_file():
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
-        paths = [checkpoint.latest(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]
-        versions = [int(checkpoint.load(path)["version"]) for path in paths]  # fail here, with one line, on a damaged file
-        return cls(pipeline, client, out=d, imported_at=imported_at,
-                   _resume_from=[str(path.resolve()) for path in paths], _from_version=max(versions))
+        found = [checkpoint.newest_loadable(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]  # one line when none loads
+        run = cls(pipeline, client, out=d, imported_at=imported_at, _resume_from=[str(path.resolve()) for path, _, _ in found],
+                  _from_version=max(int(state["version"]) for _, state, _ in found))
+        run.skipped_checkpoints = [line for _, _, skipped in found for line in skipped]
+        return run
 
     @classmethod
     def from_checkpoint(cls, pipeline, checkpoint_path: str | os.PathLike, client=None, *, out, overrides: dict | None = None,
