@@ -143,3 +143,13 @@ def test_the_same_class_by_module_and_name_trains_from_the_cli(tmp_path):
     assert f"(CartPole-v1, {OWN}, relaxed, 2 explorers)" in proc.stdout and "tianji-dask: solved CartPole-v1" in proc.stdout
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["solved"] and results["algo"] == OWN and results["pipeline_config"]["algo"]["name"] == OWN
+
+
+def test_a_module_the_workers_cannot_import_is_one_line_before_anything_runs(tianji_client, tmp_path, monkeypatch):
+    (tmp_path / "only_here.py").write_text("from labalgos.clipped_pg import ClippedPG as Mine\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # this process imports it; the cluster's workers cannot
+    run = Run(_pipeline("only_here:Mine"), tianji_client, out=tmp_path / "run")
+    with pytest.raises(PipelineError) as err:
+        run.start()
+    assert str(err.value).startswith("algo.name: worker tcp://") and "cannot import module 'only_here'" in str(err.value)
+    assert "\n" not in str(err.value) and not (tmp_path / "run").exists()

@@ -15,6 +15,44 @@ REBUILD_ATTEMPTS = 3
 REBUILD_WAIT_S = 120
 
 
+def named_modules(p) -> dict[str, str]:
+    """The modules a pipeline names by ``module:attr`` that the workers will import: {module: field}."""
+    named = {}
+    if isinstance(p.algo.name, str) and ":" in p.algo.name:
+        named[p.algo.name.partition(":")[0]] = "algo.name"
+    if isinstance(p.algo.config.get("encoder"), str):
+        named.setdefault(p.algo.config["encoder"].partition(":")[0], "algo.config.encoder")
+    for i, entry in enumerate(getattr(p, "callbacks", None) or []):
+        spec = entry if isinstance(entry, str) else entry.get("class") if isinstance(entry, dict) else None
+        if isinstance(spec, str) and ":" in spec:
+            named.setdefault(spec.partition(":")[0], f"callbacks[{i}]")
+    return named
+
+
+def _import_errors(modules: list[str]) -> dict[str, str]:
+    import importlib
+
+    errors = {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # noqa: BLE001 - whatever the import raises is the reason
+            errors[module] = f"{type(err).__name__}: {err}"
+    return errors
+
+
+def check_worker_imports(client, p) -> None:
+    """PipelineError (one line) when a worker cannot import a module the pipeline names: said
+    before any learner or explorer fails on it."""
+    named = named_modules(p)
+    if not named:
+        return
+    for address, errors in sorted(client.run(_import_errors, sorted(named)).items()):
+        for module, why in errors.items():
+            raise PipelineError(f"{named[module]}: worker {address} cannot import module {module!r} ({why}); install it "
+                                "on the workers or put it on their PYTHONPATH (a class given from Python travels by value)")
+
+
 class DaskBackend(Backend):
     """The learner actors of one run (one per group) and the cluster they live on."""
 
@@ -56,6 +94,7 @@ class DaskBackend(Backend):
         self.startup["cluster"] = time.time()
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
+        check_worker_imports(client, p)
         client.register_plugin(StalenessController(specs.law(p, plan.prepared)["window"]), name="tianji")
         register_worker_plugin(client, name=pool_name(plan.run_id), plugin=EnvPool(
             plan.run_id, p.env.id, p.env.num_envs, p.env.kwargs, plan.prepared.make_algo, p.seed + plan.env_seed,
