@@ -83,9 +83,10 @@ def load_policy(path: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
     if is_parallel_env_id(p.env.id):
         raise PipelineError(f"load_policy: multi-agent pipelines ({p.env.id}) have no single policy to load; "
                             "allowed: single-agent envs")
-    if ckpt is None:
-        ckpt = checkpoint.latest(checkpoint_dirs(run_dir, p.groups)[0])
-    state = checkpoint.load(ckpt)
+    if ckpt is None:  # the newest that loads
+        ckpt, state, _ = checkpoint.newest_loadable(checkpoint_dirs(run_dir, p.groups)[0])
+    else:
+        state = checkpoint.load(ckpt)
     env = make_vec_env(p.env.id, 1, seed=p.seed, **dict(p.env.kwargs))  # the spaces the algorithm was built for
     try:
         obs_space, action_space = env.single_observation_space, env.single_action_space
