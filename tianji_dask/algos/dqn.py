@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.encoders import EncoderSpec, network_input
 from tianji_dask.algos.models import (
     Adam,
     QNetwork,
@@ -79,6 +80,12 @@ class DQNConfig(AlgoConfig):
     per_eps: float = Field(1e-6, gt=0.0)
     #: include the replay contents in state_dict() (large; off: a resumed run refills it)
     checkpoint_replay: bool = False
+    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: features. It replaces the built-in MLP input or convolutional encoder of the Q network and its
+    #: target (each an instance); the trunks (``hidden``), heads and losses stay. Workers must be able
+    #: to import the module
+    encoder: EncoderSpec = None
 
 
 class DQN(ReplayPacing, Algorithm):
@@ -90,6 +97,7 @@ class DQN(ReplayPacing, Algorithm):
         super().__init__(obs_space, action_space, config, seed)
         c = config
         obs_dim, self.n_actions = check_spaces(obs_space, action_space, "DQN")
+        obs_dim = network_input(c.encoder, obs_space, obs_dim)
 
         def build():
             q = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling)

@@ -1,15 +1,23 @@
 """Observation encoders: which observations are images, and the convolutional encoders that
 turn them into features. The Nature-DQN encoder for frames such as Atari's stacked 84x84 uint8
 (C, H, W); the MinAtar paper's small one for grids too small for it (under 36x36), such as
-MinAtar's 10x10xC bool (H, W, C). Flat Box observations need none (an MLP takes them)."""
+MinAtar's 10x10xC bool (H, W, C). Flat Box observations need none (an MLP takes them). A
+config's ``encoder``, ``"module:factory"``, replaces them all with the user's own network."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import AfterValidator
 from torch import nn
+
+from tianji_dask.importing import load_object
+
+ALLOWED = ("'module:factory', a function of an importable module taking the observation space and "
+           "returning (torch.nn.Module, output width)")
 
 
 @dataclass(frozen=True)
@@ -105,9 +113,103 @@ class MinAtarCNN(nn.Module):
         return torch.relu(self.fc(x.flatten(1)))
 
 
-def encoder(obs_dim: int | ImageObs | tuple[int, int, int]) -> tuple[nn.Module | None, int]:
-    """(image encoder or None, width of what the MLP trunk receives). Images smaller than the
-    Nature CNN takes (MinAtar's 10x10) get MinAtar's network; a bare tuple is (C, H, W) uint8."""
+def check_encoder_spec(spec: str | None) -> str | None:
+    """A config's ``encoder``: None, or a spec whose module imports and whose attribute is
+    callable. ValueError, one line, otherwise."""
+    if spec is not None:
+        factory = load_object(spec, ALLOWED)
+        if not callable(factory):
+            raise ValueError(f"{spec} is {_brief(factory)}, not callable; allowed: {ALLOWED}")
+    return spec
+
+
+#: the type of the configs' ``encoder`` field
+EncoderSpec = Annotated[str | None, AfterValidator(check_encoder_spec)]
+
+
+class CustomEncoder(nn.Module):
+    """The network an ``encoder`` factory made, as the algorithms' encoder: observations (possibly
+    flattened, of any dtype) go to it as float32 (B, *obs_space.shape), values as the env gives
+    them (bool as 0/1, uint8 pixels unscaled), and come out as (B, ``features``)."""
+
+    def __init__(self, module: nn.Module, shape: tuple[int, ...], features: int):
+        super().__init__()
+        self.module = module
+        self.shape = shape
+        self.features = features
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.module(obs.reshape(-1, *self.shape).float())
+
+
+@dataclass(frozen=True)
+class EncoderFactory:
+    """What the networks take as ``obs_dim`` when a config names an ``encoder``: each ``encoder()``
+    call makes a new instance with ``factory(obs_space)``."""
+
+    spec: str
+    obs_space: Any
+
+    def build(self) -> tuple[CustomEncoder, int]:
+        """(the factory's network, its output width), checked: a torch.nn.Module and an int > 0,
+        and a batch of two zero observations comes out as (2, width). ValueError, one line,
+        otherwise."""
+        shape = tuple(int(d) for d in self.obs_space.shape)
+        where = f"encoder: {self.spec}(obs_space)"
+        try:
+            made = load_object(self.spec, ALLOWED)(self.obs_space)
+        except ValueError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's factory may raise anything
+            raise ValueError(f"{where} raised {type(err).__name__}: {_line(err)}") from None
+        if not (isinstance(made, (tuple, list)) and len(made) == 2):
+            raise ValueError(f"{where} returned {_brief(made)}; allowed: {ALLOWED}")
+        module, width = made
+        if not isinstance(module, nn.Module):
+            raise ValueError(f"{where} returned ({_brief(module)}, {_brief(width)}): the first must be a torch.nn.Module; "
+                             f"allowed: {ALLOWED}")
+        if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width <= 0:
+            raise ValueError(f"{where} returned (module, {width!r}): the output width must be an int > 0")
+        width = int(width)
+        sample = torch.zeros((2, *shape), dtype=torch.float32)
+        training = module.training
+        module.eval()  # no dropout draws, no batch-norm statistics from the zeros
+        try:
+            with torch.no_grad():
+                out = module(sample)
+        except Exception as err:  # noqa: BLE001
+            raise ValueError(f"{where}: its module fails on float32 observations {tuple(sample.shape)}: "
+                             f"{type(err).__name__}: {_line(err)}") from None
+        finally:
+            module.train(training)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, width):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else _brief(out)
+            raise ValueError(f"{where}: its module maps float32 observations {tuple(sample.shape)} to {got}, "
+                             f"not (2, {width}) (the output width it returned)")
+        return CustomEncoder(module, shape, width), width
+
+
+def _brief(value) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 60 else f"a {type(value).__name__}"
+
+
+def _line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+def network_input(spec: str | None, obs_space, builtin: int | ImageObs) -> int | ImageObs | EncoderFactory:
+    """What the networks take as ``obs_dim``: the factory ``spec`` names for ``obs_space``, or
+    without one ``builtin`` (the flat size or ``ImageObs`` that ``check_spaces`` found)."""
+    return builtin if spec is None else EncoderFactory(spec, obs_space)
+
+
+def encoder(obs_dim: int | ImageObs | EncoderFactory | tuple[int, int, int]) -> tuple[nn.Module | None, int]:
+    """(encoder or None, width of what the MLP trunk receives). A config's own encoder is made by
+    its factory, anew at each call; images smaller than the Nature CNN takes (MinAtar's 10x10)
+    get MinAtar's network; a bare tuple is (C, H, W) uint8."""
+    if isinstance(obs_dim, EncoderFactory):
+        return obs_dim.build()
     if isinstance(obs_dim, tuple):
         obs_dim = ImageObs(tuple(obs_dim))
     if isinstance(obs_dim, ImageObs):

@@ -1,6 +1,7 @@
 """Continuous actions: the diagonal Gaussian actor-critic of CleanRL's ppo_continuous_action.py
 (PPO, IMPALA) and the tanh-squashed Gaussian actor and Q network of its sac_continuous_action.py
-(SAC), their numpy acting paths, and the log-density and entropy of a diagonal Gaussian."""
+(SAC), their numpy acting paths, and the log-density and entropy of a diagonal Gaussian. Their
+observations go through an MLP, or first through a config's own ``encoder`` (``encoders.py``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tianji_dask.algos.encoders import EncoderFactory, encode, encoder
 from tianji_dask.algos.models import NumpyMLP, as_batch, chain, layer_init, mlp
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -19,9 +21,10 @@ HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False) -> tuple[int, int]:
+def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False, images: bool = False) -> tuple[int, int]:
     """(flat observation size, action size) for flat Box observations and Box actions; with
-    ``finite`` the action bounds must be finite. ValueError naming what is allowed otherwise."""
+    ``finite`` the action bounds must be finite; with ``images`` (an own ``encoder`` takes them)
+    image observations too. ValueError naming what is allowed otherwise."""
     import gymnasium as gym
 
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
@@ -31,8 +34,9 @@ def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False) -
                          f"squashed into them), got {action_space}")
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
-    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
-        raise ValueError(f"{algo}: continuous actions need flat Box observations (no images), got {obs_space}")
+    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3 and not images:
+        raise ValueError(f"{algo}: continuous actions need flat Box observations (no images) unless an own "
+                         f"encoder takes them (algo.config.encoder: 'module:factory'), got {obs_space}")
     return int(np.prod(obs_space.shape)), int(action_space.shape[0])
 
 
@@ -64,24 +68,27 @@ def sample_gaussian(mean: np.ndarray, logstd: np.ndarray, rng: np.random.Generat
 class GaussianActorCritic(nn.Module):
     """CleanRL's continuous-action agent: separate actor and critic MLPs with orthogonal init
     (hidden gain sqrt(2), actor mean head 0.01, value head 1) and a state-independent log-std,
-    initialised to 0."""
+    initialised to 0. With an own encoder, actor and critic each get an instance."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "tanh"):
+    def __init__(self, obs_dim: int | EncoderFactory, action_dim: int, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh"):
         super().__init__()
-        width = hidden[-1] if hidden else obs_dim
+        self.actor_encoder, in_dim = encoder(obs_dim)
+        self.critic_encoder = encoder(obs_dim)[0]
+        width = hidden[-1] if hidden else in_dim
         self._np_actor = None  # numpy views for numpy_mean, made on first use
-        self.actor_trunk = mlp(obs_dim, hidden, activation, ortho=True)
+        self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)
         self.actor_head = layer_init(nn.Linear(width, action_dim), gain=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
-        self.critic_trunk = mlp(obs_dim, hidden, activation, ortho=True)
+        self.critic_trunk = mlp(in_dim, hidden, activation, ortho=True)
         self.critic_head = layer_init(nn.Linear(width, 1), gain=1.0)
 
     def mean(self, obs: torch.Tensor) -> torch.Tensor:
-        h = chain(self.actor_trunk, obs.flatten(1).float())
+        h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
         return F.linear(h, self.actor_head.weight, self.actor_head.bias)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        h = chain(self.critic_trunk, obs.flatten(1).float())
+        h = chain(self.critic_trunk, encode(self.critic_encoder, obs))
         return F.linear(h, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -98,8 +105,9 @@ class GaussianActorCritic(nn.Module):
         return super()._apply(*args, **kwargs)
 
     def numpy_mean(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(action means [B, A], log-std [1, A]) in numpy, for acting (see NumpyMLP)."""
-        if self.actor_head.weight.device.type != "cpu":  # weights off the CPU: torch
+        """(action means [B, A], log-std [1, A]) in numpy, for acting (see NumpyMLP); through
+        torch with an own encoder."""
+        if self.actor_encoder is not None or self.actor_head.weight.device.type != "cpu":  # an encoder, or weights off the CPU
             with torch.no_grad():
                 mean = self.mean(torch.from_numpy(as_batch(obs)).to(self.actor_head.weight.device)).cpu().numpy()
             return mean, self.actor_logstd.detach().cpu().numpy()
@@ -110,32 +118,37 @@ class GaussianActorCritic(nn.Module):
 
 
 class SoftQNetwork(nn.Module):
-    """Q(s, a) for actions in [-1, 1]: an MLP over the observation and action together."""
+    """Q(s, a) for actions in [-1, 1]: an MLP over the observation (or an own encoder's features
+    of it) and the action together."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int]):
+    def __init__(self, obs_dim: int | EncoderFactory, action_dim: int, hidden: Sequence[int]):
         super().__init__()
-        self.trunk = mlp(obs_dim + action_dim, hidden, "relu")
-        self.head = nn.Linear(hidden[-1] if hidden else obs_dim + action_dim, 1)
+        self.encoder, in_dim = encoder(obs_dim)
+        self.trunk = mlp(in_dim + action_dim, hidden, "relu")
+        self.head = nn.Linear(hidden[-1] if hidden else in_dim + action_dim, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        h = chain(self.trunk, torch.cat([obs, actions], 1))
+        """Q of flat float32 ``obs`` [B, obs_dim] and ``actions`` [B, A]."""
+        x = obs if self.encoder is None else self.encoder(obs)
+        h = chain(self.trunk, torch.cat([x, actions], 1))
         return F.linear(h, self.head.weight, self.head.bias).squeeze(-1)
 
 
 class SquashedGaussianActor(nn.Module):
     """tanh(u), u ~ N(mean(s), std(s)): actions in [-1, 1]."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int]):
+    def __init__(self, obs_dim: int | EncoderFactory, action_dim: int, hidden: Sequence[int]):
         super().__init__()
-        width = hidden[-1] if hidden else obs_dim
-        self.trunk = mlp(obs_dim, hidden, "relu")
+        self.encoder, in_dim = encoder(obs_dim)
+        width = hidden[-1] if hidden else in_dim
+        self.trunk = mlp(in_dim, hidden, "relu")
         self.mean_head = nn.Linear(width, action_dim)
         self.logstd_head = nn.Linear(width, action_dim)
         self._np = None  # numpy views for numpy_forward, made on first use
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean [B, A], log-std [B, A]) of the Gaussian before the squashing."""
-        h = chain(self.trunk, obs)
+        """(mean [B, A], log-std [B, A]) of the Gaussian before the squashing, for flat float32 ``obs``."""
+        h = chain(self.trunk, obs if self.encoder is None else self.encoder(obs))
         log_std = torch.tanh(F.linear(h, self.logstd_head.weight, self.logstd_head.bias))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
         return F.linear(h, self.mean_head.weight, self.mean_head.bias), log_std
@@ -159,8 +172,8 @@ class SquashedGaussianActor(nn.Module):
         return super()._apply(*args, **kwargs)
 
     def numpy_forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``forward`` in numpy, for acting (see NumpyMLP)."""
-        if self.mean_head.weight.device.type != "cpu":  # weights off the CPU: torch
+        """``forward`` in numpy, for acting (see NumpyMLP); through torch with an own encoder."""
+        if self.encoder is not None or self.mean_head.weight.device.type != "cpu":  # an encoder, or weights off the CPU
             with torch.no_grad():
                 mean, log_std = self(torch.from_numpy(as_batch(obs)).to(self.mean_head.weight.device))
             return mean.cpu().numpy(), log_std.cpu().numpy()

@@ -31,6 +31,7 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.encoders import EncoderSpec
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.chunk import extras
@@ -84,6 +85,12 @@ class IMPALAConfig(AlgoConfig):
     max_policy_lag: int | None = Field(None, ge=0)
     #: normalize observations by their running mean and std (CleanRL's NormalizeObservation)
     normalize_obs: bool = False
+    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
+    #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
+    #: Workers must be able to import the module
+    encoder: EncoderSpec = None
 
 
 def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, rewards: np.ndarray, values: np.ndarray,

@@ -27,6 +27,7 @@ import torch
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.encoders import EncoderSpec
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.normalize import RewardScaler
 from tianji_dask.algos.segments import SegmentActorCritic
@@ -69,6 +70,12 @@ class PPOConfig(AlgoConfig):
     normalize_obs: bool = False
     #: divide rewards by the running std of a discounted return (CleanRL's NormalizeReward; MuJoCo)
     normalize_reward: bool = False
+    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
+    #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
+    #: Workers must be able to import the module
+    encoder: EncoderSpec = None
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,

@@ -19,6 +19,7 @@ from pydantic import Field
 from torch import nn
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
+from tianji_dask.algos.encoders import EncoderSpec, network_input
 from tianji_dask.algos.gaussian import (
     SoftQNetwork,
     SquashedGaussianActor,
@@ -72,6 +73,13 @@ class SACConfig(AlgoConfig):
     normalize_obs: bool = False
     #: include the replay contents in state_dict() (large; off: a resumed run refills it)
     checkpoint_replay: bool = False
+    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: features. It replaces the built-in MLP input or convolutional encoder of the actor, both Q
+    #: networks and their targets (an instance each; the Q networks take (features, action)); image
+    #: observations are then accepted; the trunks (``hidden``), heads and losses stay. Workers must be
+    #: able to import the module
+    encoder: EncoderSpec = None
 
 
 class Temperature(nn.Module):
@@ -90,7 +98,8 @@ class SAC(ReplayPacing, Algorithm):
     def __init__(self, obs_space, action_space, config: SACConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
         c = config
-        obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, "sac", finite=True)
+        obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, "sac", finite=True, images=c.encoder is not None)
+        obs_dim = network_input(c.encoder, obs_space, obs_dim)
         self.action_scale = ((action_space.high - action_space.low) / 2).astype(np.float32)
         self.action_bias = ((action_space.high + action_space.low) / 2).astype(np.float32)
         self.target_entropy = -float(self.action_dim)

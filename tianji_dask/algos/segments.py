@@ -8,6 +8,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from tianji_dask.algos.encoders import network_input
 from tianji_dask.algos.gaussian import (
     GaussianActorCritic,
     check_box_spaces,
@@ -28,25 +29,27 @@ from tianji_dask.chunk import extras
 
 class SegmentActorCritic:
     """Mixin for an ``Algorithm`` whose config has hidden, activation, shared_trunk, lr, adam_eps,
-    segments_per_batch, max_policy_lag (None: any lag is corrected, nothing dropped) and
-    normalize_obs."""
+    segments_per_batch, max_policy_lag (None: any lag is corrected, nothing dropped),
+    normalize_obs and encoder."""
 
     def _init_actor_critic(self, obs_space, action_space, seed: int) -> None:
         c = self.config
         name = type(self).__name__
         self.continuous = isinstance(action_space, gym.spaces.Box)
         if self.continuous:
-            obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name)
+            obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name, images=c.encoder is not None)
             if c.shared_trunk:
                 raise ValueError(f"{name}: shared_trunk is for Discrete actions only (the Gaussian policy has separate trunks)")
-            self.net = seeded_init(seed, lambda: GaussianActorCritic(obs_dim, self.action_dim, c.hidden, c.activation))
+            net_input = network_input(c.encoder, obs_space, obs_dim)
+            self.net = seeded_init(seed, lambda: GaussianActorCritic(net_input, self.action_dim, c.hidden, c.activation))
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
         else:
             if not isinstance(action_space, gym.spaces.Discrete):
                 raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
             obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
-            self.net = seeded_init(seed, lambda: ActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.shared_trunk))
+            net_input = network_input(c.encoder, obs_space, obs_dim)
+            self.net = seeded_init(seed, lambda: ActorCritic(net_input, self.n_actions, c.hidden, c.activation, c.shared_trunk))
         if c.normalize_obs and not isinstance(obs_dim, int):
             raise ValueError(f"{name}: normalize_obs is for flat Box observations, not images")
         self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None

@@ -70,8 +70,9 @@ def _build(p: Pipeline, make_algo):
     user's must also pickle (cloudpickle, as Dask sends it) to reach the workers."""
     try:
         algo = make_algo()
-    except ValueError as err:
-        raise PipelineError(f"algo.name: {err} ({p.env.id})") from None
+    except ValueError as err:  # a refused config's own network names its field: "encoder: ..."
+        line = f"algo.config.{err}" if str(err).startswith("encoder: ") else f"algo.name: {err}"
+        raise PipelineError(f"{line} ({p.env.id})") from None
     except Exception as err:  # noqa: BLE001 - a user's constructor may raise anything
         raise PipelineError(f"algo.name: {p.algo.label}({p.env.id} spaces) raised {type(err).__name__}: {err}") from None
     if p.mode != "single" and p.algo.label not in algorithm_registry():
