@@ -12,6 +12,8 @@ explorers act uniformly at random.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -88,6 +90,20 @@ class Temperature(nn.Module):
     def __init__(self):
         super().__init__()
         self.log_alpha = nn.Parameter(torch.zeros(1))
+
+
+@contextlib.contextmanager
+def frozen(*modules: nn.Module):
+    """Within: no gradient for the modules' parameters (still through them, to their inputs).
+    What they computed before is unchanged; a backward pass then skips their weight gradients."""
+    params = [p for m in modules for p in m.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 class SAC(ReplayPacing, Algorithm):
@@ -182,7 +198,8 @@ class SAC(ReplayPacing, Algorithm):
     def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean of alpha log pi(a|s) - min_i Q_i(s, a) over reparameterized a ~ pi(s), log pi)."""
         actions, log_pi = self.actor.sample(obs, noise)
-        min_q = torch.min(self.qf1(obs, actions), self.qf2(obs, actions))
+        with frozen(self.qf1, self.qf2):  # the gradient reaches the actor through the actions; the Q weights' own is not needed
+            min_q = torch.min(self.qf1(obs, actions), self.qf2(obs, actions))
         return (self.alpha() * log_pi - min_q).mean(), log_pi
 
     def alpha_loss(self, log_pi: torch.Tensor) -> torch.Tensor:
