@@ -84,26 +84,27 @@ def test_handlers_grant_refuse_and_count():
     ctl = StalenessController()
     params = ctl.begin("r1", {"window": 2, "replay_ratio": [16, 32]}, chunk_env_steps=256)
     assert params["window"] == 2 and params["rho_max"] == 32 and "rho_min" not in params  # the floor is the controller's
+    books = ctl.books("r1")
     keys = [f"tianji-explore-r1-{i}" for i in range(4)]
     warm = {"env_steps": 0, "samples_trained": 0, "warm": False}
-    assert ctl.cycle(want=keys, progress=warm)["granted"] == keys[:2]  # the window
+    assert ctl.cycle("r1", want=keys, progress=warm)["granted"] == keys[:2]  # the window
     # a consumed report returns the credit; the ratio is too low to admit more
     low = {"env_steps": 1000, "samples_trained": 100, "warm": True}
-    reply = ctl.cycle(consumed=consumed((keys[0], 0, 256, 10, 3, 0.1, False)), want=keys[2:], progress=low,
+    reply = ctl.cycle("r1", consumed=consumed((keys[0], 0, 256, 10, 3, 0.1, False)), want=keys[2:], progress=low,
                       learner_version=3)
-    assert reply["granted"] == [] and ctl.refused_replay_ratio == 1 and ctl.chunks_in_flight == 1
+    assert reply["granted"] == [] and books.refused_replay_ratio == 1 and books.chunks_in_flight == 1
     # the answer names the samples at which one more chunk would be admitted: 16 x (1000 + 1 x 256)
     assert reply["ask_again_at_samples"] == 16 * (1000 + 256)
     ok = {"env_steps": 1000, "samples_trained": 16 * 2000, "warm": True}
-    reply = ctl.cycle(want=keys[2:], progress=ok)
+    reply = ctl.cycle("r1", want=keys[2:], progress=ok)
     assert reply["granted"] == keys[2:3] and reply["ask_again_at_samples"] is None  # 32,000 >= 16 x (1000 + 2 x 256)
-    ctl.cycle(consumed=consumed((keys[1], 1, 256, 10, 0, 0.1, True)), progress=ok)
-    state = ctl.state(history=True)
+    ctl.cycle("r1", consumed=consumed((keys[1], 1, 256, 10, 0, 0.1, True)), progress=ok)
+    state = ctl.state("r1", history=True)
     assert state["chunks_consumed"] == 2 and state["chunks_dropped"] == 1
     assert state["staleness_hist"] == {"0": 1, "3": 1} and len(state["history"]) == 2
     # an erred or forgotten task gives its credit back
     ctl.transition(keys[2], "processing", "erred")
-    assert ctl.chunks_in_flight == 0 and state["credits_granted"] == 3
+    assert books.chunks_in_flight == 0 and state["credits_granted"] == 3
 
 
 def test_rebuilt_learner_hands_back_credits_it_never_submitted():
@@ -115,16 +116,76 @@ def test_rebuilt_learner_hands_back_credits_it_never_submitted():
     ctl.scheduler = Scheduler(dashboard=False)
     ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:1", chunk_env_steps=16)
     keys = [f"tianji-explore-r1-{i}" for i in range(3)]
-    assert ctl.cycle(want=keys)["granted"] == keys
+    assert ctl.cycle("r1", want=keys)["granted"] == keys
     ctl.scheduler.tasks[keys[0]] = object()  # submitted: its transition will return it
     ctl.remove_worker(ctl.scheduler, "tcp://learner:1")
-    assert ctl.state()["learner_lost"]
+    assert ctl.state("r1")["learner_lost"]
     ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:2", rebuilt=True)
-    state = ctl.state()
+    state = ctl.state("r1")
     assert state["chunks_in_flight"] == 1 and state["credits_returned"]["unsubmitted"] == 2
     assert not state["learner_lost"] and state["window"] == 4
     ctl.transition(keys[0], "processing", "forgotten")
-    assert ctl.state()["credits_returned"]["forgotten"] == 1 and ctl.chunks_in_flight == 0
+    assert ctl.state("r1")["credits_returned"]["forgotten"] == 1 and ctl.books("r1").chunks_in_flight == 0
+
+
+class _WatchedKeys(set):
+    """A credit set that records every key looked up in it."""
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def __contains__(self, key):
+        self.seen.append(key)
+        return super().__contains__(key)
+
+
+def test_a_transition_reaches_only_the_books_its_key_names():
+    # the run (and group) is read from the key's tag: the other runs' books are never looked at
+    ctl = StalenessController()
+    for run_id in ("ra", "rb", "rc"):
+        ctl.begin(run_id, {"window": 4})
+    ctl.begin("rg", {"window": 4}, group=0)
+    ctl.begin("rg", {"window": 4}, group=1)  # group mode: keys carry the group too
+    keys = {run_id: ctl.cycle(run_id, want=[f"tianji-explore-{run_id}-{i:012x}" for i in range(3)])["granted"]
+            for run_id in ("ra", "rb", "rc")}
+    g1 = ctl.cycle("rg", group=1, want=[f"tianji-explore-rg-g1-{i:012x}" for i in range(2)])["granted"]
+    seen = {}
+    for run_id, books in ctl.all_books():
+        seen[run_id, books.group] = []
+        watched = _WatchedKeys(seen[run_id, books.group])
+        watched.update(books.credited)
+        books.credited = watched
+    before = {run_id: ctl.state(run_id) for run_id in ("rb", "rc")}
+    before_g0 = ctl.state("rg", group=0)
+    ctl.transition(keys["ra"][0], "processing", "erred")
+    ctl.transition(keys["ra"][1], "memory", "forgotten")
+    ctl.transition(g1[0], "processing", "erred")
+    ctl.transition("tianji-explore-gone-000000000000", "processing", "erred")  # a run whose books have gone
+    assert seen == {("ra", 0): keys["ra"][:2], ("rb", 0): [], ("rc", 0): [], ("rg", 0): [], ("rg", 1): g1[:1]}
+    ra = ctl.state("ra")
+    assert ra["credits_returned"]["erred"] == 1 and ra["credits_returned"]["forgotten"] == 1 and ra["chunks_in_flight"] == 1
+    assert ctl.state("rg", group=1)["credits_returned"]["erred"] == 1
+    assert {run_id: ctl.state(run_id) for run_id in ("rb", "rc")} == before
+    assert ctl.state("rg", group=0) == before_g0  # the run's other group too
+
+
+def test_a_handler_call_must_name_a_run_the_controller_holds():
+    ctl = StalenessController()
+    with pytest.raises(ValueError, match="^run_id: name the run; runs on this scheduler: none$"):
+        ctl.state()
+    ctl.begin("ra", {"window": 2})
+    ctl.begin("rb", {"window": 3})
+    for call in (ctl.state, ctl.cycle, ctl.configure, ctl.end):
+        with pytest.raises(ValueError, match="^run_id: name the run; runs on this scheduler: ra, rb$"):
+            call()
+    with pytest.raises(ValueError, match="^run_id: no run 'rz' on this scheduler; runs on this scheduler: ra, rb$"):
+        ctl.cycle("rz", want=["tianji-explore-rz-000000000000"])
+    with pytest.raises(ValueError, match=r"^group: run ra has no group 1; its groups: \[0\]$"):
+        ctl.state("ra", group=1)
+    ctl.end("gone")  # a run whose books went already (past MAX_RUNS): nothing to mark
+    assert [ctl.state(r)["window"] for r in ("ra", "rb")] == [2, 3] and ctl.run_ids() == ["ra", "rb"]
+    assert not hasattr(ctl, "window") and not hasattr(ctl, "history")  # no run's books stand in for the plugin's
 
 
 def test_span_metadata_stays_bounded_over_many_submissions():
@@ -182,21 +243,21 @@ def test_key_name_cache_stays_bounded_over_many_submissions(monkeypatch):
 def test_configure_rejects_bad_values(settings, field):
     ctl = StalenessController()
     ctl.begin("r", {"window": 2, "max_staleness": 4, "replay_ratio": [8, 16]}, chunk_env_steps=64)
-    before, params = ctl.state(history=True), ctl.params()
+    before, params = ctl.state("r", history=True), ctl.books("r").params()
     with pytest.raises(ValueError, match=f"^{field}"):
-        ctl.configure(**settings)
+        ctl.configure("r", **settings)
     # nothing half-applied: every setting, the law and the books are as they were
-    assert ctl.state(history=True) == before and ctl.params() == params
+    assert ctl.state("r", history=True) == before and ctl.books("r").params() == params
     assert before["window"] == 2 and before["max_staleness"] == 4 and before["replay_ratio"] == [8, 16]
 
 
 def test_configure_moves_the_target_and_switches_filters():
     ctl = StalenessController()
     ctl.begin("r", {"window": 4, "staleness_target": 2, "window_min": 1, "window_max": 8, "max_staleness": 5})
-    state = ctl.configure(staleness_target=6, max_staleness=None, window_max=12)
+    state = ctl.configure("r", staleness_target=6, max_staleness=None, window_max=12)
     assert state["staleness_target"] == 6 and state["max_staleness"] is None and state["window_max"] == 12
-    assert ctl.params().params_version == 1
-    state = ctl.configure(staleness_target=None)
+    assert ctl.books("r").params().params_version == 1
+    state = ctl.configure("r", staleness_target=None)
     assert state["staleness_target"] is None and state["window"] == 4
 
 

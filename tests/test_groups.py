@@ -78,20 +78,20 @@ def test_controller_keeps_books_per_group():
     warm = {"env_steps": 0, "samples_trained": 0, "warm": False}
     keys0 = [f"tianji-explore-r-g0-{i}" for i in range(3)]
     keys1 = [f"tianji-explore-r-g1-{i}" for i in range(4)]
-    assert ctl.cycle(group=0, want=keys0, progress=warm)["granted"] == keys0[:2]
-    assert ctl.cycle(group=1, want=keys1, progress=warm)["granted"] == keys1[:3]
-    ctl.cycle(group=1, consumed=consumptions_to_wire([Consumption(keys1[0], 2, 256, 10, 1, 0.1, False)]), learner_version=4)
+    assert ctl.cycle("r", group=0, want=keys0, progress=warm)["granted"] == keys0[:2]
+    assert ctl.cycle("r", group=1, want=keys1, progress=warm)["granted"] == keys1[:3]
+    ctl.cycle("r", group=1, consumed=consumptions_to_wire([Consumption(keys1[0], 2, 256, 10, 1, 0.1, False)]), learner_version=4)
     ctl.transition(keys0[1], "processing", "erred")  # a credit goes back to the group that holds it
-    state = ctl.state()
+    state = ctl.state("r")
     g0, g1 = state["groups"]
     assert (g0["chunks_in_flight"], g1["chunks_in_flight"]) == (1, 2)
     assert g0["credits_returned"]["erred"] == 1 and g1["credits_returned"]["consumed"] == 1
     assert g1["per_explorer_env_steps"] == {"2": 256} and g0["chunks_consumed"] == 0
     with pytest.raises(ValueError, match="^gain"):
-        ctl.configure(gain=5)  # refused for every group, applied to none
-    assert ctl.configure(staleness_target=3)["groups"][1]["staleness_target"] == 3
-    ctl.begin("other", {"window": 1})  # a new run starts the books afresh
-    assert list(ctl.groups) == [0] and ctl.run_id == "other"
+        ctl.configure("r", gain=5)  # refused for every group, applied to none
+    assert ctl.configure("r", staleness_target=3)["groups"][1]["staleness_target"] == 3
+    ctl.begin("other", {"window": 1})  # a new run has books of its own; the first run's stay
+    assert ctl.run_ids() == ["r", "other"] and list(ctl.run("other").groups) == [0] and list(ctl.run("r").groups) == [0, 1]
 
 
 def test_group_pipeline_fields_are_checked():

@@ -122,7 +122,7 @@ def test_a_direct_chunk_arrives_whole_through_the_sink(cluster):
 # ---- the admission client against the real controller -------------------------------------------
 def test_admission_asks_only_when_the_controllers_floor_can_grant(cluster):
     _, client = cluster
-    client.register_plugin(StalenessController(2), name="tianji")
+    client.register_plugin(StalenessController(), name="tianji")
     adm = AdmissionClient(client, run_id="a1", group=0, law={"window": 2, "replay_ratio": [16, 32]},
                           learner_address="tcp://127.0.0.1:1", chunk_env_steps=256)
     assert adm.params.window == 2 and adm.params.rho_max == 32
@@ -140,10 +140,10 @@ def test_admission_asks_only_when_the_controllers_floor_can_grant(cluster):
     assert adm.may_ask(16 * (1000 + 256), starving=False, in_flight=1)  # the floor reached
     assert adm.may_ask(100, starving=True, in_flight=0)  # nothing out and starving: always
     adm.final(consumed=[Consumption(want[1][0], 1, 256, 10, 0, 0.01, True)], version=6, progress=low, status={})
-    state = client.sync(client.scheduler.tianji_state)
+    state = client.sync(client.scheduler.tianji_state, run_id="a1")
     assert state["chunks_consumed"] == 2 and state["chunks_in_flight"] == 0 and state["chunks_dropped"] == 1
     adm.set_window(5)
-    assert client.sync(client.scheduler.tianji_state)["window"] == 5
+    assert client.sync(client.scheduler.tianji_state, run_id="a1")["window"] == 5
 
 
 # ---- the weights publisher ------------------------------------------------------------------------

@@ -108,6 +108,121 @@ def test_metrics_carry_tianji_series_that_move(live_run, dashboard_client):
     assert _metric(second, "tianji_env_steps_consumed_total") > _metric(first, "tianji_env_steps_consumed_total")
 
 
+def _by_run(text: str, name: str) -> dict[str, float]:
+    """Group 0's value of one /metrics series for every run: {run id: value}."""
+    out = {}
+    for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels.get("group") == "0":
+            out[labels["run"]] = float(m.group(2))
+    return out
+
+
+def _page(base: str, **arguments) -> dict:
+    """What a fresh /tianji session shows (``arguments``: the address's ``?key=value``)."""
+    from bokeh.client import pull_session
+    from bokeh.models import ColumnDataSource, Div, Select, Span
+
+    with pull_session(url=f"{base}/tianji", arguments=arguments or None) as session:
+        doc = session.document
+        (select,), (span,), (note,) = (list(doc.select({"type": t})) for t in (Select, Span, Div))
+        explorers = next(s for s in doc.select({"type": ColumnDataSource}) if "rate" in s.data)
+        return {"run": select.value, "options": list(select.options), "target": span.location if span.visible else None,
+                "explorers": list(explorers.data["explorer"]), "note": note.text}
+
+
+def test_two_runs_on_one_scheduler_keep_their_books_pages_and_series_apart(dashboard_client, tmp_path):
+    client, base = dashboard_client, _base(dashboard_client)
+    runs = [Run("cartpole_ppo", client, out=tmp_path / f"run{i}", overrides={
+        "explorers": explorers, "controller.staleness_target": target, "stop.target_return": None, "stop.max_seconds": 60})
+        for i, (explorers, target) in enumerate(((1, 2), (2, 6)))]
+    a, b = runs
+    try:
+        for run in runs:
+            run.start()
+        deadline = time.time() + 60  # only a hang waits this long
+        while not all(len(s["per_explorer_env_steps"]) == run.pipeline.explorers and s["learner"]
+                      for run in runs for s in [run.controller_state()]):
+            assert time.time() < deadline, "the two runs did not both consume chunks from every explorer"
+            time.sleep(0.2)
+        before = [run.controller_state() for run in runs]
+        metrics = _get(f"{base}/metrics")[1]
+        after = [run.controller_state() for run in runs]
+        pages = {"a": _page(base, run=a.run_id), "b": _page(base, run=b.run_id), "default": _page(base),
+                 "unknown": _page(base, run="nosuch")}
+        # a call that names no run is refused, in one line naming the runs held
+        with pytest.raises(ValueError, match="^run_id: name the run; runs on this scheduler: ") as refused:
+            client.sync(client.scheduler.tianji_state)
+        assert "\n" not in str(refused.value) and a.run_id in str(refused.value) and b.run_id in str(refused.value)
+        held = client.sync(client.scheduler.tianji_runs)
+        moved = a.configure(staleness_target=3)  # one run's law moves; the other's stays
+        b_after = b.controller_state()
+    finally:
+        for run in runs:
+            run.stop()
+        results = [run.wait(timeout=60) for run in runs]
+    # each run's controller state is its own books
+    assert [s["run_id"] for s in before] == [a.run_id, b.run_id] and [s["staleness_target"] for s in before] == [2, 6]
+    assert [sorted(s["per_explorer_env_steps"]) for s in before] == [["0"], ["0", "1"]]
+    assert held.index(a.run_id) < held.index(b.run_id)  # in the order they began
+    assert moved["run_id"] == a.run_id and moved["staleness_target"] == 3 and b_after["staleness_target"] == 6
+    assert [r["controller"]["run_id"] for r in results] == [a.run_id, b.run_id]
+    # /metrics: every series names its run; each run's series read that run's books
+    samples = [line for line in metrics.splitlines() if line.startswith("tianji_")]
+    assert samples and all(re.search(r'run="[^"]+"', line) for line in samples), samples[:5]
+    targets, consumed = _by_run(metrics, "tianji_staleness_target"), _by_run(metrics, "tianji_chunks_consumed_total")
+    assert (targets[a.run_id], targets[b.run_id]) == (2, 6)
+    for run, s0, s1 in zip(runs, before, after):
+        assert s0["chunks_consumed"] <= consumed[run.run_id] <= s1["chunks_consumed"]
+    # /tianji: ?run= picks the run, the selector lists every run (newest first), the default is the newest
+    for page, run, target, explorers in ((pages["a"], a, 2, [0]), (pages["b"], b, 6, [0, 1])):
+        assert (page["run"], page["target"], page["explorers"], page["note"]) == (run.run_id, target, explorers, f"run {run.run_id}")
+        assert page["options"].index(b.run_id) < page["options"].index(a.run_id)
+    assert pages["default"]["run"] == b.run_id and pages["default"]["target"] == 6
+    assert pages["default"]["note"] == f"run {b.run_id} (the newest; pick another above)"
+    assert pages["unknown"]["run"] == "" and pages["unknown"]["explorers"] == []
+    assert pages["unknown"]["note"].startswith("run nosuch: not on this scheduler; runs on it: ")
+
+
+def test_page_follows_the_newest_run_until_one_is_picked():
+    from distributed import Scheduler
+
+    from tianji_dask.dataflow.controller import StalenessController
+    from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
+    from tianji_dask.observe.dashboard import PAGES, Panels
+
+    scheduler, ctl = Scheduler(dashboard=False), StalenessController()
+    scheduler.add_plugin(ctl, name="tianji")
+
+    def begin(run_id, explorers):
+        ctl.begin(run_id, {"window": 4, "staleness_target": explorers})
+        keys = ctl.cycle(run_id, want=[f"tianji-explore-{run_id}-{i:012x}" for i in range(explorers)])["granted"]
+        rows = [Consumption(key, i, 16, 10, 1, 0.1, False) for i, key in enumerate(keys)]
+        ctl.cycle(run_id, consumed=consumptions_to_wire(rows), learner_version=1, learner_status={
+            "env_steps": 16 * explorers, "samples_trained": 0, "learn_s": 0.0, "version": 1})
+
+    def shown(page):
+        return page.run_id, page.select.value, page.select.options, page.target_span.location, page.src["explorers"].data["explorer"]
+
+    following, picked, asked = (Panels(scheduler, PAGES["/tianji"], chosen=c) for c in (None, None, "ra"))
+    following.update()
+    assert following.run_id is None and following.note.text == "no run on this scheduler yet"
+    begin("ra", 1)
+    begin("rb", 2)
+    for page in (following, picked, asked):
+        page.update()
+    assert shown(following) == shown(picked) == ("rb", "rb", ["rb", "ra"], 2, [0, 1])  # the newest
+    assert shown(asked) == ("ra", "ra", ["rb", "ra"], 1, [0])
+    picked.select.value = "ra"  # the user picks a run in the selector
+    picked.update()
+    assert shown(picked) == ("ra", "ra", ["rb", "ra"], 1, [0]) and picked.note.text == "run ra"
+    begin("rc", 3)
+    for page in (following, picked, asked):
+        page.update()
+    assert shown(following) == ("rc", "rc", ["rc", "rb", "ra"], 3, [0, 1, 2])  # a new run: the page follows it
+    assert shown(picked)[:2] == shown(asked)[:2] == ("ra", "ra")  # a run picked stays
+
+
 @pytest.mark.slow  # a real browser: the full suite (CI) runs it
 def test_tianji_page_renders_in_a_real_browser(live_run, dashboard_client, tmp_path):
     if CHROMIUM is None:

@@ -55,7 +55,7 @@ def test_two_runs_train_at_once_on_one_cluster_each_with_its_own_books_learner_a
             t.start()
         for t in threads:
             t.join(120)
-        both = client.sync(client.scheduler.tianji_state)["runs"]
+        both = client.sync(client.scheduler.tianji_runs)
         plugins = client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(POOL_PREFIX)))
     finally:
         client.close()

@@ -138,7 +138,7 @@ def _train(run, invocation: Invocation, quiet: bool, verbose: bool = False) -> i
     if moved:
         print(f"tianji-dask: dashboard port {moved[0]} is taken; using {moved[1]}", flush=True)
     if run.dashboard_link:
-        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={run.run_id}"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
     with _Progress(run, quiet) as progress:
         try:

@@ -8,6 +8,7 @@ or O(chunks reported) and runs on the scheduler's event loop.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -22,6 +23,17 @@ EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
+
+
+def explore_key(tag: str) -> str:
+    """A new explorer task key, ``tianji-explore-<tag>-<12 hex digits>``; ``tag`` is the learner's
+    (its run id, with ``-g<group>`` in group mode: ``LearnerSpec.tag``)."""
+    return f"{EXPLORE_PREFIX}{tag}-{uuid.uuid4().hex[:12]}"
+
+
+def key_tag(key: str) -> str:
+    """The learner's tag an explorer task key carries (see ``explore_key``)."""
+    return key[len(EXPLORE_PREFIX):].rpartition("-")[0]
 
 
 @dataclass(frozen=True)

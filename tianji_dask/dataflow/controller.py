@@ -3,8 +3,9 @@
 There is no API to hold tasks already submitted, so throttling acts at admission: the learner
 names the explorer task keys it wants to submit and the controller grants credits for some of
 them (a window of chunks in flight). A credit comes back when the learner reports the chunk
-consumed, or when the scheduler sees the task err or be forgotten unconsumed. Every handler is
-O(1) or O(chunks reported) and never blocks the scheduler's event loop.
+consumed, or when the scheduler sees the task err or be forgotten unconsumed, the run and group
+holding it read from its key. Every handler names its run; each is O(1) or O(chunks reported)
+and never blocks the scheduler's event loop.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.books import EXPLORE_PREFIX, Books
+from tianji_dask.dataflow.books import EXPLORE_PREFIX, Books, key_tag
 from tianji_dask.dataflow.keycache import bound_key_cache
 
 logger = logging.getLogger("tianji_dask.controller")
@@ -40,52 +41,57 @@ class RunBooks:
 
 class StalenessController(SchedulerPlugin):
     """The scheduler plugin: the books of every run on this scheduler (one per group of each), and
-    the handlers that reach them. Several runs can train on one cluster at once; each handler
-    names its run (a call that names none reaches the newest run).
-
-    ``run_id``, ``groups`` and ``t_reset`` are the newest run's; attributes not found on the plugin
-    are read from its group 0's books, so a run without groups (and the dashboard, which shows
-    group 0 of the newest run) reads it as one set of books."""
+    the handlers that reach them. Several runs can train on one cluster at once, so every handler
+    that acts on or reads a run's books names its run: a call that names none, or a run the
+    controller does not hold, is refused with the runs it holds."""
 
     name = "tianji"
     idempotent = True
 
-    def __init__(self, window: int = 2):
+    def __init__(self):
         self.scheduler = None
         self.runs: dict[str, RunBooks] = {}  # in the order they began
-        self._idle = RunBooks({0: Books(0, {"window": window})})  # what is read before any run began
         self.workers_epoch = 0  # workers joined or left: the learner's streams look for their homes again
 
-    @property
-    def newest(self) -> RunBooks:
-        return self.runs[next(reversed(self.runs))] if self.runs else self._idle
+    def run_ids(self) -> list[str]:
+        """The runs whose books the controller holds, in the order they began."""
+        return list(self.runs)
 
-    @property
-    def run_id(self) -> str | None:
-        return next(reversed(self.runs)) if self.runs else None
+    def run(self, run_id: str | None) -> RunBooks:
+        """One run's books; ValueError, naming the runs held, when ``run_id`` is None or unknown."""
+        run = self.runs.get(run_id) if run_id is not None else None
+        if run is None:
+            held = ", ".join(self.runs) or "none"
+            if run_id is None:
+                raise ValueError(f"run_id: name the run; runs on this scheduler: {held}")
+            raise ValueError(f"run_id: no run {run_id!r} on this scheduler; runs on this scheduler: {held}")
+        return run
 
-    @property
-    def groups(self) -> dict[int, Books]:
-        return self.newest.groups
-
-    @property
-    def t_reset(self) -> float:
-        return self.newest.t_reset
-
-    @property
-    def primary(self) -> Books:
-        return self.groups[min(self.groups)]
-
-    def __getattr__(self, name):
-        if name.startswith("_") or "_idle" not in self.__dict__:
-            raise AttributeError(name)
-        return getattr(self.primary, name)
+    def books(self, run_id: str | None, group: int = 0) -> Books:
+        """One group's books of one run; ValueError naming what is missing."""
+        run = self.run(run_id)
+        try:
+            return run.groups[group]
+        except KeyError:
+            raise ValueError(f"group: run {run_id} has no group {group}; its groups: {sorted(run.groups)}") from None
 
     def all_books(self):
         """(run_id, books) for every group of every run."""
         for run_id, run in self.runs.items():
             for books in run.groups.values():
                 yield run_id, books
+
+    def holder(self, key: str) -> Books | None:
+        """The books holding the credit of explorer task ``key``, found from the tag in the key
+        (its run, and ``-g<group>`` in group mode): O(1), whatever the runs held."""
+        tag = key_tag(key)
+        run = self.runs.get(tag)
+        if run is not None and 0 in run.groups and key in run.groups[0].credited:
+            return run.groups[0]
+        run_id, sep, group = tag.rpartition("-g")
+        run = self.runs.get(run_id) if sep and group.isdigit() else None
+        books = None if run is None else run.groups.get(int(group))
+        return books if books is not None and key in books.credited else None
 
     # ---- plugin hooks -------------------------------------------------------------------
     async def start(self, scheduler):
@@ -102,20 +108,20 @@ class StalenessController(SchedulerPlugin):
             logger.warning("tianji: dashboard page or metrics not installed: %s", err)
         dask_internals.add_scheduler_handlers(scheduler, {
             "tianji_begin": self.begin, "tianji_cycle": self.cycle, "tianji_state": self.state,
-            "tianji_configure": self.configure, "tianji_end": self.end,
+            "tianji_configure": self.configure, "tianji_end": self.end, "tianji_runs": self.run_ids,
         })
 
     def transition(self, key, start, finish, *args, **kwargs):
         if finish not in ("erred", "forgotten") or not isinstance(key, str) or not key.startswith(EXPLORE_PREFIX):
             return
-        for _, books in self.all_books():
-            if key in books.credited:
-                books.credited.discard(key)
-                if finish == "erred":
-                    books.returned_erred += 1
-                else:
-                    books.returned_forgotten += 1
-                return
+        books = self.holder(key)
+        if books is None:  # consumed already, or a run whose books have gone
+            return
+        books.credited.discard(key)
+        if finish == "erred":
+            books.returned_erred += 1
+        else:
+            books.returned_forgotten += 1
 
     def update_graph(self, scheduler, *, tasks=None, **kwargs):
         """Keep the scheduler's span metadata bounded. Every submission adds its collection
@@ -167,47 +173,35 @@ class StalenessController(SchedulerPlugin):
         run.groups[group] = Books(group, law, learner_address, chunk_env_steps)
         return run.groups[group].params().to_wire()
 
-    def end(self, run_id: str) -> None:
-        """A run has written its results: its books go when the next run begins."""
+    def end(self, run_id: str | None = None) -> None:
+        """A run has written its results: its books go when the next run begins (books that
+        went already, past MAX_RUNS, leave nothing to do)."""
+        if run_id is None:
+            self.run(run_id)  # refused: it names no run
         if run_id in self.runs:
             self.runs[run_id].ended = True
 
-    def _run(self, run_id: str | None) -> RunBooks:
-        if run_id is None:
-            return self.newest
-        try:
-            return self.runs[run_id]
-        except KeyError:
-            raise ValueError(f"run_id: no run {run_id!r} on this scheduler") from None
+    def cycle(self, run_id: str | None = None, group: int = 0, **report) -> dict:
+        return self.books(run_id, group).cycle(workers_epoch=self.workers_epoch, **report)
 
-    def _books(self, run_id: str | None, group: int) -> Books:
-        try:
-            return self._run(run_id).groups[group]
-        except KeyError:
-            raise ValueError(f"group: run {run_id or self.run_id} has no group {group}") from None
-
-    def cycle(self, group: int = 0, run_id: str | None = None, **report) -> dict:
-        return self._books(run_id, group).cycle(workers_epoch=self.workers_epoch, **report)
-
-    def configure(self, group: int | None = None, run_id: str | None = None, **settings) -> dict:
-        """Change the law of one group, or of every group (``group=None``) of one run (the
-        newest when ``run_id`` is None); see Books.configure."""
-        run = self._run(run_id)
-        targets = list(run.groups.values()) if group is None else [self._books(run_id, group)]
+    def configure(self, run_id: str | None = None, group: int | None = None, **settings) -> dict:
+        """Change the law of one group of a run, or of every group (``group=None``); see
+        Books.configure."""
+        run = self.run(run_id)
+        targets = list(run.groups.values()) if group is None else [self.books(run_id, group)]
         for books in targets:
             books.check(**settings)  # all or nothing: no group is changed if one value is bad
         for books in targets:
             books.configure(**settings)
-        return self.state(group=group, run_id=run_id)
+        return self.state(run_id, group=group)
 
-    def state(self, history: bool = False, group: int | None = None, run_id: str | None = None) -> dict:
-        """One run's (the newest when ``run_id`` is None) state: one group's; with ``group=None``,
-        group 0's, and every group's under "groups" when there are several. "runs" lists the
-        runs whose books the controller holds."""
-        run = self._run(run_id)
-        rid = run_id or self.run_id
-        books = run.groups[min(run.groups)] if group is None else self._books(run_id, group)
-        out = {"run_id": rid, **books.state(history), "runs": list(self.runs)}
+    def state(self, run_id: str | None = None, history: bool = False, group: int | None = None) -> dict:
+        """One run's state: one group's; with ``group=None``, its first group's, and every
+        group's under "groups" when there are several. "runs" lists the runs whose books the
+        controller holds."""
+        run = self.run(run_id)
+        books = run.groups[min(run.groups)] if group is None else self.books(run_id, group)
+        out = {"run_id": run_id, **books.state(history), "runs": self.run_ids()}
         if group is None and len(run.groups) > 1:
-            out["groups"] = [{"run_id": rid, **b.state(history)} for _, b in sorted(run.groups.items())]
+            out["groups"] = [{"run_id": run_id, **b.state(history)} for _, b in sorted(run.groups.items())]
         return out

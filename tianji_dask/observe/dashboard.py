@@ -10,8 +10,10 @@ Installed two ways (docs/design.md, "Watching"):
   that is already running without it (not listed for JupyterLab: the extension reads only the
   first Bokeh app).
 
-Every page reads the ``tianji`` scheduler plugin twice a second on the scheduler's event loop and
-only streams what is new, so an update costs O(new chunks), never O(run).
+Every page shows one run, chosen explicitly: ``?run=<run id>`` in its address, or the run
+selector at its top, which lists the runs the controller holds; without either it follows the
+newest run. It reads the ``tianji`` scheduler plugin twice a second on the scheduler's event loop
+and only streams what is new, so an update costs O(new chunks), never O(run).
 """
 
 from __future__ import annotations
@@ -47,15 +49,27 @@ TITLES = {
 }
 
 
-class _Panels:
-    """The figures of one page and the incremental update that feeds them."""
+class Panels:
+    """The figures of one page, the run selector, and the incremental update that feeds them."""
 
-    def __init__(self, scheduler, panels: tuple[str, ...]):
-        from bokeh.models import ColumnDataSource, LinearAxis, Range1d, Span
+    def __init__(self, scheduler, panels: tuple[str, ...], chosen: str | None = None):
+        from bokeh.models import (
+            ColumnDataSource,
+            Div,
+            LinearAxis,
+            Range1d,
+            Select,
+            Span,
+        )
         from bokeh.plotting import figure
 
         self.scheduler = scheduler
-        self.run_id = None
+        self.chosen = chosen  # the run asked for; None: the newest, whichever that is
+        self.run_id = None  # the run shown
+        self.select = Select(title="run", options=[], value="", width=220)
+        self.showing = False  # the page sets the selector's value itself
+        self.select.on_change("value", self._picked)
+        self.note = Div(text="")
         self.t_hist = 0.0  # newest history row shown
         self.t_series = 0.0  # newest learner row shown
         self.prev = None  # previous learner row, for rates
@@ -109,38 +123,56 @@ class _Panels:
                 f.vbar(x="explorer", top="rate", width=0.7, source=self.src["explorers"])
             self.figures.append(f)
 
+    def _picked(self, attr, old, new) -> None:
+        if not self.showing:  # the user's choice, not the page naming the run it shows
+            self.chosen = new or None
+
     def update(self) -> None:
         ctl = self.scheduler.plugins.get("tianji")
-        if ctl is None or ctl.run_id is None:
+        runs = [] if ctl is None else ctl.run_ids()
+        options = runs[::-1]  # the newest first
+        if self.select.options != options:
+            self.select.options = options
+        want = self.chosen if self.chosen is not None else (runs[-1] if runs else None)
+        if want is None or want not in runs:
+            self.note.text = ("no run on this scheduler yet" if want is None else
+                              f"run {want}: not on this scheduler; runs on it: {', '.join(options) or 'none'}")
             return
-        if ctl.run_id != self.run_id:  # a new run: start the plots afresh
-            self.run_id, self.t_hist, self.t_series, self.prev = ctl.run_id, 0.0, 0.0, None
+        if want != self.run_id:  # another run: start the plots afresh
+            self.run_id, self.t_hist, self.t_series, self.prev = want, 0.0, 0.0, None
             for src in self.src.values():
                 src.data = {k: [] for k in src.data}
-        groups = len(getattr(ctl, "groups", {0: None}))
-        simulated = bool(getattr(ctl, "simulated", False))
+            self.showing = True
+            self.select.value = want
+            self.showing = False
+            self.labels_shown = None
+        run = ctl.run(want)
+        first = min(run.groups)
+        books = run.groups[first]  # the run's first group's
+        self.note.text = f"run {want}" + ("" if self.chosen is not None else " (the newest; pick another above)")
+        groups, simulated = len(run.groups), books.simulated
         if (groups, simulated) != self.labels_shown:  # say whose books these are, and a simulated env cost
             self.labels_shown = (groups, simulated)
             for name, f in zip(self.names, self.figures):
-                f.title.text = (TITLES[name] + (f" (group 0 of {groups})" if groups > 1 else "")
+                f.title.text = (TITLES[name] + (f" (group {first} of {groups})" if groups > 1 else "")
                                 + (" [simulated env step cost]" if simulated else ""))
-        t0 = ctl.t_reset
-        new_hist = _newer(ctl.history, self.t_hist, key=lambda row: row.t)
+        t0 = run.t_reset
+        new_hist = _newer(books.history, self.t_hist, key=lambda row: row.t)
         if new_hist:
             self.t_hist = new_hist[-1].t
             ts = [row.t - t0 for row in new_hist]
             self.src["staleness"].stream({"t": ts, "staleness": [row.staleness_versions for row in new_hist]}, ROLLOVER)
             self.src["window"].stream({"t": ts, "window": [row.window for row in new_hist],
                                        "in_flight": [row.chunks_in_flight for row in new_hist]}, ROLLOVER)
-            hist = sorted(ctl.staleness_hist.items())
+            hist = sorted(books.staleness_hist.items())
             self.src["hist"].data = {"left": [k - 0.4 for k, _ in hist], "right": [k + 0.4 for k, _ in hist],
                                      "count": [v for _, v in hist]}
         if hasattr(self, "target_span"):
-            target = ctl.law.target
+            target = books.law.target
             self.target_span.visible = target is not None
             if target is not None:
                 self.target_span.location = target
-        new_series = _newer(ctl.learner_series, self.t_series, key=lambda row: row["t"])
+        new_series = _newer(books.learner_series, self.t_series, key=lambda row: row["t"])
         if new_series:
             self.t_series = new_series[-1]["t"]
             t = [row["t"] - t0 for row in new_series]
@@ -157,7 +189,7 @@ class _Panels:
             self.src["rates"].stream({"t": t, "produced": produced, "consumed": consumed}, ROLLOVER)
             self.src["learner"].stream({"t": t, "version": [row["version"] for row in new_series], "busy": busy}, ROLLOVER)
             elapsed = max(new_series[-1]["t"] - t0, 1e-9)
-            steps = sorted(ctl.per_explorer_steps.items())
+            steps = sorted(books.per_explorer_steps.items())
             self.src["explorers"].data = {"explorer": [k for k, _ in steps], "rate": [v / elapsed for _, v in steps]}
 
 
@@ -177,18 +209,26 @@ def _newer(rows, t_last: float, key) -> list:
     return out
 
 
+def _asked_run(doc) -> str | None:
+    """The run named by ``?run=<run id>`` in the page's address, if any."""
+    request = doc.session_context.request if doc.session_context is not None else None
+    values = (request.arguments if request is not None else {}).get("run") or [b""]
+    value = values[0].decode() if isinstance(values[0], bytes) else str(values[0])
+    return value or None
+
+
 def _doc(panels: tuple[str, ...]):
     def make(scheduler, extra, doc):
-        from bokeh.layouts import column, gridplot
+        from bokeh.layouts import column, gridplot, row
 
-        page = _Panels(scheduler, panels)
+        page = Panels(scheduler, panels, chosen=_asked_run(doc))
         page.update()
         if len(page.figures) > 2:
-            layout = gridplot([page.figures[i:i + 2] for i in range(0, len(page.figures), 2)], sizing_mode="stretch_width")
+            plots = gridplot([page.figures[i:i + 2] for i in range(0, len(page.figures), 2)], sizing_mode="stretch_width")
         else:
-            layout = column(*page.figures, sizing_mode="stretch_width")
+            plots = column(*page.figures, sizing_mode="stretch_width")
         doc.title = "tianji"
-        doc.add_root(layout)
+        doc.add_root(column(row(page.select, page.note), plots, sizing_mode="stretch_width"))
         doc.add_periodic_callback(page.update, UPDATE_MS)
         template = dask_internals.dashboard_template()  # the dashboard's own navigation bar
         if template is not None:

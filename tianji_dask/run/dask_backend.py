@@ -95,7 +95,7 @@ class DaskBackend(Backend):
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
         check_worker_imports(client, p)
-        client.register_plugin(StalenessController(specs.law(p, plan.prepared)["window"]), name="tianji")
+        client.register_plugin(StalenessController(), name="tianji")
         register_worker_plugin(client, name=pool_name(plan.run_id), plugin=EnvPool(
             plan.run_id, p.env.id, p.env.num_envs, p.env.kwargs, plan.prepared.make_algo, p.seed + plan.env_seed,
             explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},

@@ -241,7 +241,7 @@ class Run:
             raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
         from IPython.display import HTML, IFrame, display
 
-        page = self.dashboard_link.rsplit("/", 1)[0] + "/tianji"
+        page = self.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={self.run_id}"
         display(HTML(f'<p>tianji run {self.run_id}: <a href="{page}" target="_blank">{page}</a> · '
                      f'<a href="{self.dashboard_link}" target="_blank">Dask dashboard</a></p>'))
         display(IFrame(page, width="100%", height=height))

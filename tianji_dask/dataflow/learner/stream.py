@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import heapq
 import time
-import uuid
 from dataclasses import dataclass
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow.books import explore_key
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import DirectRoute, explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
@@ -108,7 +108,7 @@ class ExplorerStream:
         chosen: list[tuple[str, int]] = []
         for _ in range(n):
             load, served, stream = heapq.heappop(heap)
-            chosen.append((f"tianji-explore-{self._tag}-{uuid.uuid4().hex[:12]}", stream))
+            chosen.append((explore_key(self._tag), stream))
             heapq.heappush(heap, (load + 1, served, stream))
         return chosen
 
