@@ -89,7 +89,7 @@ def test_failed_chunks_count_in_a_row_per_stream(cluster):
         stream.submit(stream.choose(2), 0, weights, {}, version=0)
         for a in _collect(stream, 2):
             if a.stream == 1:
-                assert a.failed and a.chunk is None and a.lost.startswith("RuntimeError: explorer 1")
+                assert a.failed and a.chunk is None and a.lost.startswith("explorer 1, env sleepy_env:FailingCartPole-v0: RuntimeError")
                 failures.append(a.failures)
             else:
                 assert not a.failed and a.chunk is not None

@@ -11,10 +11,10 @@ class RunFault(RuntimeError):
     is the one line to show (exit 1 in the CLI)."""
 
 
-class UserCodeError(RuntimeError):
-    """What an algorithm raised where the project called it (in an explorer); ``str()`` is one
-    line naming the class and method, ``detail`` the traceback. Pickles with both, as Dask sends
-    a task's exception to the learner."""
+class ExplorerError(RuntimeError):
+    """What an explorer's chunk raised (its env, or the algorithm's acting); ``str()`` is one line
+    naming the stream, the env and, when the algorithm raised it, the class and method; ``detail``
+    the traceback. Pickles with both, as Dask sends a task's exception to the learner."""
 
     def __init__(self, line: str, detail: str = ""):
         super().__init__(line)

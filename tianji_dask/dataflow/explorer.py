@@ -22,7 +22,7 @@ from tianji_dask.dataflow.direct import Unencodable, send_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.simulate import StepCostClock
-from tianji_dask.errors import UserCodeError, raised_in
+from tianji_dask.errors import ExplorerError, raised_in
 
 POOL_PREFIX = "tianji-envs-"
 
@@ -182,7 +182,7 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
                 chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
             except Exception as err:
                 pool.drop(explorer_id)  # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
-                raise UserCodeError(f"explorer {explorer_id}, env {pool.env_id}: {raised_in(err, type(policy))}",
+                raise ExplorerError(f"explorer {explorer_id}, env {pool.env_id}: {raised_in(err, type(policy))}",
                                     traceback.format_exc()) from err
     chunk["explore_s"] = time.perf_counter() - t0
     pool.count(chunk["env_steps"])

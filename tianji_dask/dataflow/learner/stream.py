@@ -19,7 +19,7 @@ from tianji_dask.dataflow.books import explore_key
 from tianji_dask.dataflow.direct import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer import DirectRoute, explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
-from tianji_dask.errors import UserCodeError
+from tianji_dask.errors import ExplorerError
 
 # a direct chunk's task returns only once the sink holds its bytes, so they are here when its
 # result is; this bounds a wait that should not happen (the chunk is then reported lost)
@@ -57,7 +57,7 @@ class Arrival:
 def describe_error(error) -> str:
     """One line for a failed explorer task (``as_completed`` hands over ``(type, value, tb)``)."""
     error = _exception(error)
-    return str(error) if isinstance(error, UserCodeError) else f"{type(error).__name__}: {error}"
+    return str(error) if isinstance(error, ExplorerError) else f"{type(error).__name__}: {error}"
 
 
 def _exception(error):
