@@ -2,6 +2,7 @@
 the machine's single-thread matrix-multiply rate measured in the same run.
 
     python benchmarks/learner_roofline.py [--cases dqn_cartpole sac_256] [--updates 30] [--threads 1]
+                                          [--peers-python .peers-venv/bin/python]
                                           [--out benchmarks/results/learner_roofline]
 
 For each case the algorithm is filled with real chunks from its env (as benchmarks/learner_updates.py
@@ -9,6 +10,9 @@ does), one ``learn()`` is counted with ``torch.utils.flop_counter.FlopCounterMod
 convolutions, forward and backward: what dominates these updates), and ``--updates`` calls are
 timed. ``gemm`` is the best of five 1024x1024 float32 matmuls on ``--threads`` threads; ``of_gemm``
 is the update's FLOP/s over it (1.0: every cycle in the update does matmul work at the GEMM rate).
+With ``--peers-python`` (the peers' venv, benchmarks/peers/setup), Stable-Baselines3's updates/s on
+the same network and batch (benchmarks/peers/sb3_updates.py) are measured right after ours, case by
+case, and the table gains their ratio.
 Writes OUT.json (every figure) and OUT.md (the table).
 """
 
@@ -93,12 +97,32 @@ def measure(case: str, updates: int) -> dict:
             "flop_per_s": flops / per_update, "torch_threads": torch.get_num_threads()}
 
 
+def sb3(peers_python: str, case: str, updates: int, threads: int) -> dict | None:
+    """SB3's figures for ``case`` (None when it has no such case), from the peers' venv."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "peers" / "sb3_updates.py"
+    out = subprocess.run([peers_python, str(script), "--cases", case, "--updates", str(updates), "--threads", str(threads)],
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    return found[0] if found else None
+
+
 def table(rows: list[dict], gemm: float) -> str:
+    peers = any(r.get("sb3") for r in rows)
+    head = "| update | samples | MFLOP / update | ms / update | updates/s | GFLOP/s | of GEMM |"
     lines = [f"Single-thread GEMM (1024x1024 float32): **{gemm / 1e9:.0f} GFLOP/s**.", "",
-             "| update | samples | MFLOP / update | ms / update | updates/s | GFLOP/s | of GEMM |", "|---|---|---|---|---|---|---|"]
+             head + (" SB3 updates/s | ours ÷ SB3 |" if peers else ""), "|---" * (7 + 2 * peers) + "|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['samples']:.0f} | {r['flops_per_update'] / 1e6:.1f} | {1e3 * r['s_per_update']:.2f} | "
-                     f"{r['updates_per_s']:.0f} | {r['flop_per_s'] / 1e9:.1f} | {r['flop_per_s'] / gemm:.0%} |")
+        line = (f"| {r['case']} | {r['samples']:.0f} | {r['flops_per_update'] / 1e6:.1f} | {1e3 * r['s_per_update']:.2f} | "
+                f"{r['updates_per_s']:.0f} | {r['flop_per_s'] / 1e9:.1f} | {r['flop_per_s'] / gemm:.0%} |")
+        if peers:
+            theirs = r.get("sb3")
+            line += (f" {theirs['updates_per_s']:.0f} | {r['updates_per_s'] / theirs['updates_per_s']:.2f}× |" if theirs
+                     else " – | – |")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -107,6 +131,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--peers-python", default=None, help="the peers' venv python: SB3 side by side")
     parser.add_argument("--out", default="benchmarks/results/learner_roofline")
     args = parser.parse_args(argv)
 
@@ -116,7 +141,11 @@ def main(argv=None) -> int:
 
     prepare_torch(args.threads)
     gemm = gemm_rate()
-    rows = [measure(case, args.updates) for case in args.cases]
+    rows = []
+    for case in args.cases:  # ours, then SB3's, case by case: neighbours share the machine's noise
+        rows.append(measure(case, args.updates))
+        if args.peers_python:
+            rows[-1]["sb3"] = sb3(args.peers_python, case, args.updates, args.threads)
     for r in rows:
         r["of_gemm"] = r["flop_per_s"] / gemm
     text = table(rows, gemm)
