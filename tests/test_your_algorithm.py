@@ -153,3 +153,13 @@ def test_a_module_the_workers_cannot_import_is_one_line_before_anything_runs(tia
         run.start()
     assert str(err.value).startswith("algo.name: worker tcp://") and "cannot import module 'only_here'" in str(err.value)
     assert "\n" not in str(err.value) and not (tmp_path / "run").exists()
+
+
+def test_the_cli_refuses_an_algorithm_it_cannot_use_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from tianji_dask.cli import main
+
+    out = tmp_path / "run"
+    code = main(["train", "cartpole_ppo", "--set", "algo.name=labalgos.broken:Unfinished", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "algo.name: labalgos.broken:Unfinished does not implement" in err, err
+    assert "Traceback" not in err and not out.exists()
