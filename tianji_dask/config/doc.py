@@ -66,8 +66,12 @@ def _comments(cls: type) -> dict[str, str]:
     """``#:`` comment lines right above ``name: type`` lines in the class bodies of ``cls``'s MRO."""
     found: dict[str, str] = {}
     for klass in reversed([k for k in cls.__mro__ if issubclass(k, BaseModel) and k is not BaseModel]):
+        try:
+            source = inspect.getsource(klass)
+        except OSError:  # a model made by create_model (the controller's fields) has no source
+            continue
         pending: list[str] = []
-        for line in inspect.getsource(klass).splitlines():
+        for line in source.splitlines():
             text = line.strip()
             field = re.match(r"(\w+)\s*:", text)
             if text.startswith("#:"):

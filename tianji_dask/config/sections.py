@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    create_model,
     field_serializer,
     field_validator,
     model_validator,
@@ -25,6 +26,7 @@ from tianji_dask.config.bundled import (  # noqa: F401 - config's API
     bundled_pipelines_dir,
     resolve_pipeline_path,
 )
+from tianji_dask.dataflow import settings as controller
 from tianji_dask.errors import PipelineError
 from tianji_dask.importing import spec_of
 
@@ -131,33 +133,41 @@ class EvalConfig(StrictModel):
         return self
 
 
-class ControllerConfig(StrictModel):
-    """Admission of explorer work (docs/design.md, "Credits and the window law").
+def _names(names) -> str:
+    """``a``, ``b`` and ``c``."""
+    quoted = [f"``{n}``" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
 
-    Without ``staleness_target`` the window of chunks in flight is fixed. With it, the window
-    moves toward the target once per control period, clamped to [window_min, window_max]. For
-    algorithms that replay (DQN), ``replay_ratio`` paces explorers so that samples trained per
-    env step stay within [min, max]: no new chunk is admitted while the ratio would fall below
-    min, and the learner stops updating above max."""
 
-    window: int | None = Field(None, ge=1, description="chunks in flight (initial value under a target); default: one per explorer")
-    staleness_target: float | None = Field(None, ge=0, description="mean staleness (versions) to hold; null: fixed window")
-    window_min: int | None = Field(None, ge=1, description="default: the chunks one update needs")
-    window_max: int | None = Field(None, ge=1, description="default: max(16, 4 x explorers)")
-    gain: float = Field(0.5, gt=0, le=2, description="fraction of the staleness error corrected per control period")
-    replay_ratio: tuple[float, float] | Literal["auto"] | None = Field(
-        "auto", description="[min, max] samples trained per env step (replaying algorithms); auto: [r/2, 2r] "
-        "for the algorithm's own ratio r; null: no pacing (the learner keeps to r)")
-    max_staleness: int | None = Field(None, ge=0, description="drop (and count) chunks staler than this; null: keep all")
+ControllerFields = create_model("ControllerFields", __base__=StrictModel, __module__=__name__, **controller.model_fields())
+
+
+class ControllerConfig(ControllerFields):
+    __doc__ = (
+        "Admission of explorer work (docs/design.md, \"Credits and the window law\").\n\n"
+        "Without ``staleness_target`` the window of chunks in flight is fixed. With it, the window moves toward the "
+        "target once per control period, clamped to [window_min, window_max]. For algorithms that replay (DQN), "
+        "``replay_ratio`` paces explorers so that samples trained per env step stay within [min, max]: no new chunk "
+        "is admitted while the ratio would fall below min, and the learner stops updating above max. In relaxed "
+        f"mode {_names(s.name for s in controller.SETTINGS if s.floored)} are at least the chunks one update needs "
+        f"(a smaller window deadlocks); a running relaxed-mode run changes {_names(controller.LIVE)} with "
+        "``run.configure(...)``."
+    )
+
+    @field_validator(*(s.name for s in controller.SETTINGS if s.rule is not None))
+    @classmethod
+    def _rule(cls, value, info):
+        problem = controller.BY_NAME[info.field_name].rule(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
-    def _bounds(self):
-        if self.window_min and self.window_max and self.window_min > self.window_max:
-            raise ValueError(f"window_min ({self.window_min}) must be <= window_max ({self.window_max})")
-        if isinstance(self.replay_ratio, tuple):
-            lo, hi = self.replay_ratio
-            if not (0 <= lo <= hi) or hi <= 0:
-                raise ValueError(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(self.replay_ratio)})")
+    def _rules(self):
+        try:
+            controller.check_rules(self.model_dump())
+        except ValueError as err:
+            raise PipelineError(f"controller.{err}") from None
         return self
 
 

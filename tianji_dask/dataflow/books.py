@@ -18,11 +18,14 @@ from tianji_dask.dataflow.messages import (
     CycleReply,
     consumptions_from_wire,
 )
+from tianji_dask.dataflow.settings import BY_NAME, check_live
 
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
+#: the settings the window law holds, and its configure's argument for each
+LAW_ARGS = {"window": "window", "staleness_target": "target", "window_min": "w_min", "window_max": "w_max", "gain": "gain"}
 
 
 def explore_key(tag: str) -> str:
@@ -60,7 +63,7 @@ class Books:
         self.group = group
         self.law = WindowLaw(
             law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
-            w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", 0.5),
+            w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", BY_NAME["gain"].default),
         )
         rho = law.get("replay_ratio")
         self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
@@ -172,41 +175,30 @@ class Books:
         needed = samples_needed(self.rho_min, prog["env_steps"], self.chunks_in_flight, self.chunk_env_steps)
         return needed if prog["samples_trained"] < needed else None
 
-    def check(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
-              window_max: int | None = None, gain: float | None = None, replay_ratio=...,
-              max_staleness=...) -> None:
-        """Raise ValueError naming the field if ``configure`` would refuse these settings."""
-        def bad(msg):
-            raise ValueError(msg)
+    def settings(self) -> dict:
+        """Every controller setting (``settings.SETTINGS``) as the books hold it now."""
+        return {
+            "window": self.window, "staleness_target": self.law.target, "window_min": self.law.w_min,
+            "window_max": self.law.w_max, "gain": self.law.gain,
+            "replay_ratio": None if self.rho_min is None else [self.rho_min, self.rho_max],
+            "max_staleness": self.max_staleness,
+        }
 
-        w_min = self.law.w_min if window_min is None else window_min
-        w_max = self.law.w_max if window_max is None else window_max
-        if window is not None and int(window) < 1:
-            bad(f"window: must be >= 1 (got {window})")
-        if int(w_min) < 1 or int(w_min) > int(w_max):
-            bad(f"window_min, window_max: need 1 <= window_min <= window_max (got {w_min}, {w_max})")
-        if staleness_target not in (..., None) and float(staleness_target) < 0:
-            bad(f"staleness_target: must be >= 0 or None (got {staleness_target})")
-        if gain is not None and not 0 < float(gain) <= 2:
-            bad(f"gain: must be in (0, 2] (got {gain})")
-        if replay_ratio not in (..., None):
-            lo, hi = (float(x) for x in replay_ratio)
-            if not (0 <= lo <= hi) or hi <= 0:
-                bad(f"replay_ratio: must be [min, max] with 0 <= min <= max and max > 0 (got {list(replay_ratio)})")
-        if max_staleness not in (..., None) and int(max_staleness) < 0:
-            bad(f"max_staleness: must be >= 0 or None (got {max_staleness})")
+    def check(self, **settings) -> dict:
+        """The values ``configure`` would apply; ValueError, one line naming the setting, if it
+        would refuse them (``settings.check_live``)."""
+        return check_live(settings, self.settings())
 
-    def configure(self, window: int | None = None, staleness_target=..., window_min: int | None = None,
-                  window_max: int | None = None, gain: float | None = None, replay_ratio=...,
-                  max_staleness=...) -> dict:
+    def configure(self, **settings) -> dict:
         """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
-        max_staleness switches that part off; an omitted argument is left as it is)."""
-        self.check(window, staleness_target, window_min, window_max, gain, replay_ratio, max_staleness)
-        self.law.configure(target=staleness_target, w_min=window_min, w_max=window_max, gain=gain, window=window)
-        if replay_ratio is not ...:
-            self.rho_min, self.rho_max = (None, None) if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1]))
-        if max_staleness is not ...:
-            self.max_staleness = None if max_staleness is None else int(max_staleness)
+        max_staleness switches that part off; an omitted setting is left as it is)."""
+        new = self.check(**settings)
+        self.law.configure(**{arg: new[name] for name, arg in LAW_ARGS.items() if name in new})
+        if "replay_ratio" in new:
+            rho = new["replay_ratio"]
+            self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
+        if "max_staleness" in new:
+            self.max_staleness = new["max_staleness"]
         self.params_version += 1
         self.window_log.append((time.time(), self.law.w, self.law.target, None, None))
         return self.state()
@@ -216,13 +208,7 @@ class Books:
         out = {
             "group": self.group,
             "simulated": self.simulated,
-            "window": self.window,
-            "window_min": self.law.w_min,
-            "window_max": self.law.w_max,
-            "staleness_target": self.law.target,
-            "gain": self.law.gain,
-            "replay_ratio": None if self.rho_min is None else [self.rho_min, self.rho_max],
-            "max_staleness": self.max_staleness,
+            **self.settings(),
             "last_period": dict(self.law.last),
             "chunks_in_flight": self.chunks_in_flight,
             "learner_version": self.learner_version,

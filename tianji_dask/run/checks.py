@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tianji_dask.algos import algorithm_registry, make_algorithm
 from tianji_dask.config import Pipeline, PipelineError
+from tianji_dask.dataflow.settings import window_floor
 from tianji_dask.envs.vector import env_spaces
 
 
@@ -37,13 +38,11 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     # on-policy chunks hold their credit until trained on: a window below one update's chunks deadlocks
     chunks_per_update = algo.chunks_per_update()
     c = p.controller
-    for field in ("window", "window_min"):
-        value = getattr(c, field)
-        if p.mode == "relaxed" and value is not None and value < chunks_per_update:
-            raise PipelineError(
-                f"controller.{field}: must be >= {chunks_per_update}, the chunks one {p.algo.label} update "
-                f"needs (a smaller window deadlocks; got {value})"
-            )
+    if p.mode == "relaxed":
+        try:
+            window_floor(c.model_dump(), chunks_per_update, p.algo.label)
+        except ValueError as err:
+            raise PipelineError(f"controller.{err}") from None
     if p.logging.tensorboard:
         from tianji_dask.observe import tensorboard
 

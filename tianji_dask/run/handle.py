@@ -16,13 +16,13 @@ from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
+from tianji_dask.dataflow import settings as controller_settings
 from tianji_dask.errors import RunFault
 from tianji_dask.run import specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
 
-CONFIGURABLE = ("window", "staleness_target", "window_min", "window_max", "gain", "replay_ratio", "max_staleness")
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
 
@@ -249,18 +249,14 @@ class Run:
 
     def configure(self, **settings) -> dict:
         """Change the staleness controller while the run goes on, e.g.
-        ``run.configure(staleness_target=4)``. Accepts window, staleness_target, window_min,
-        window_max, gain, replay_ratio ([min, max]) and max_staleness; ``None`` switches a target
-        or filter off. Returns the controller's new state. Bad values raise ValueError naming the
-        field."""
-        unknown = sorted(set(settings) - set(CONFIGURABLE))
-        if unknown:
-            raise ValueError(f"{unknown[0]}: unknown setting; allowed: {', '.join(CONFIGURABLE)}")
-        if self.pipeline.mode != "relaxed" or self.client is None:
+        ``run.configure(staleness_target=4)``. Accepts the settings ``dataflow.settings.LIVE``
+        names (replay_ratio as [min, max]); ``None`` switches a target or filter off. Returns the
+        controller's new state. A bad value raises ValueError, the line a pipeline's would read
+        without its ``controller.``."""
+        values = controller_settings.read_live(settings)
+        if self.pipeline.mode != "relaxed":
             raise RuntimeError("configure: only a running relaxed-mode run has a controller to configure")
-        wmin, floor = settings.get("window_min"), self._prepared.chunks_per_update
-        if wmin is not None and wmin < floor:
-            raise ValueError(f"window_min: must be >= {floor}, the chunks one update needs (got {wmin})")
+        controller_settings.window_floor(values, self._prepared.chunks_per_update, self.pipeline.algo.label)
         return self._cluster_backend("configure").configure(**settings)
 
     def stop(self) -> None:

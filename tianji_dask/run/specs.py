@@ -33,10 +33,8 @@ def law(p: Pipeline, prepared: Prepared) -> dict:
         return {"window": p.explorers, "simulated": simulated}
     w_min = c.window_min or prepared.chunks_per_update
     w_max = c.window_max or max(16, 4 * p.explorers, w_min)
-    return {
-        "window": max(p.window, w_min), "staleness_target": c.staleness_target, "window_min": w_min, "window_max": w_max,
-        "gain": c.gain, "replay_ratio": prepared.replay_ratio, "max_staleness": c.max_staleness, "simulated": simulated,
-    }
+    return {**c.model_dump(), "window": max(p.window, w_min), "window_min": w_min, "window_max": w_max,
+            "replay_ratio": prepared.replay_ratio, "simulated": simulated}
 
 
 def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: float, explorer_workers: int = 1,

@@ -1,0 +1,143 @@
+"""The staleness controller's settings, each declared once: type, bounds, default, what it does,
+whether a running run may change it, and the rules between settings.
+
+From ``SETTINGS`` come the pipeline's ``controller`` section (``config.sections.ControllerConfig``,
+and from it docs/configuration.md), the live checks of the books (the scheduler's configure
+handler), the settings ``Run.configure`` accepts and the window floor. A rule broken live reads
+as one line naming the setting; broken in a pipeline, the same line after ``controller.``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+
+def replay_band(value) -> str | None:
+    """What is wrong with a [min, max] replay-ratio band (None: nothing)."""
+    if isinstance(value, (tuple, list)):
+        lo, hi = value
+        if not (0 <= lo <= hi) or hi <= 0:
+            return "must be [min, max] with 0 <= min <= max and max > 0"
+    return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One controller setting. ``kind``: its type in a pipeline; ``live_kind``: on a running run,
+    when narrower. ``bounds``: pydantic's ``ge``/``gt``/``le``. ``off``: None switches it off, in a
+    pipeline and live; otherwise None is the default in a pipeline and leaves it as it is live.
+    ``live``: ``configure`` may change it while the run goes on. ``floored``: at least the chunks
+    one update needs in relaxed mode. ``rule``: what else is wrong with a value (None: nothing)."""
+
+    name: str
+    kind: Any
+    default: Any
+    description: str
+    bounds: dict = field(default_factory=dict)
+    off: bool = False
+    live: bool = True
+    floored: bool = False
+    live_kind: Any = None
+    rule: Callable[[Any], str | None] | None = None
+
+    def field(self):
+        """The pipeline model's field."""
+        return Field(self.default, description=self.description, **self.bounds)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("window", int | None, None, "chunks in flight (initial value under a target); default: one per explorer",
+            {"ge": 1}, floored=True),
+    Setting("staleness_target", float | None, None, "mean staleness (versions) to hold; null: fixed window",
+            {"ge": 0}, off=True),
+    Setting("window_min", int | None, None, "default: the chunks one update needs", {"ge": 1}, floored=True),
+    Setting("window_max", int | None, None, "default: max(16, 4 x explorers)", {"ge": 1}, floored=True),
+    Setting("gain", float, 0.5, "fraction of the staleness error corrected per control period", {"gt": 0, "le": 2}),
+    Setting("replay_ratio", tuple[float, float] | Literal["auto"] | None, "auto",
+            "[min, max] samples trained per env step (replaying algorithms); auto: [r/2, 2r] for the algorithm's own "
+            "ratio r; null: no pacing (the learner keeps to r)", off=True, live_kind=tuple[float, float] | None,
+            rule=replay_band),
+    Setting("max_staleness", int | None, None, "drop (and count) chunks staler than this; null: keep all",
+            {"ge": 0}, off=True),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+#: what a running run's configure may change
+LIVE = tuple(s.name for s in SETTINGS if s.live)
+
+
+def window_order(values: dict) -> str | None:
+    """window_min <= window_max, each when given: the line when not (None: they agree)."""
+    w_min, w_max = values.get("window_min"), values.get("window_max")
+    if w_min is not None and w_max is not None and w_min > w_max:
+        return f"window_min: must be <= window_max (got window_min {w_min}, window_max {w_max})"
+    return None
+
+
+#: the rules between settings, each giving its one line (None: kept)
+RULES: tuple[Callable[[dict], str | None], ...] = (window_order,)
+
+
+def model_fields() -> dict[str, tuple[Any, Any]]:
+    """Every setting as ``pydantic.create_model`` takes a field: (type, Field)."""
+    return {s.name: (s.kind, s.field()) for s in SETTINGS}
+
+
+def check_rules(values: dict) -> None:
+    """ValueError, the broken rule's line, when ``values`` break a rule between settings."""
+    for rule in RULES:
+        line = rule(values)
+        if line:
+            raise ValueError(line)
+
+
+@cache
+def _adapter(name: str) -> TypeAdapter:
+    s = BY_NAME[name]
+    return TypeAdapter(Annotated[s.live_kind or s.kind, Field(**s.bounds)])
+
+
+def read_live(settings: dict) -> dict:
+    """``settings`` for a running run's configure, read as their types: the ones that change
+    something (None is dropped where it does not switch the setting off). ValueError, one line
+    naming the first setting not allowed or out of its bounds."""
+    unknown = [name for name in settings if name not in LIVE]
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown setting; allowed: {', '.join(LIVE)}")
+    out = {}
+    for name, given in settings.items():
+        s = BY_NAME[name]
+        if given is None and not s.off:
+            continue
+        try:
+            value = _adapter(name).validate_python(given)
+        except ValidationError as err:  # as the pipeline's line reads it (config.validation.one_line)
+            raise ValueError(f"{name}: {err.errors()[0]['msg']} (got {given!r})") from None
+        problem = s.rule(value) if s.rule is not None else None
+        if problem:
+            raise ValueError(f"{name}: {problem} (got {given!r})")
+        out[name] = value
+    return out
+
+
+def check_live(settings: dict, current: dict) -> dict:
+    """``read_live``, then the rules between settings over ``current`` (the settings now) with
+    these applied: the values to apply, or ValueError naming the first wrong one."""
+    values = read_live(settings)
+    check_rules({**current, **values})
+    return values
+
+
+def window_floor(values: dict, floor: int, label: str) -> None:
+    """ValueError, one line, when a floored setting in ``values`` is below ``floor``, the chunks
+    one ``label`` update needs: on-policy chunks hold their credit until trained on, so a smaller
+    window deadlocks."""
+    for s in SETTINGS:
+        value = values.get(s.name)
+        if s.floored and value is not None and value < floor:
+            raise ValueError(f"{s.name}: must be >= {floor}, the chunks one {label} update needs "
+                             f"(a smaller window deadlocks; got {value})")
