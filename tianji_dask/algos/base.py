@@ -57,6 +57,17 @@ class Algorithm(ABC):
         (e.g. log-probabilities and values). ``explore`` holds exploration parameters from
         ``exploration()`` (e.g. epsilon)."""
 
+    def initial_state(self, num_envs: int) -> np.ndarray | None:
+        """The recurrent state (num_envs, S) float32 each env's episode starts from; None (the
+        default) for a feed-forward policy, which acts through ``act`` alone."""
+        return None
+
+    def act_recurrent(self, obs: np.ndarray, state: np.ndarray, explore: dict) -> tuple[np.ndarray, dict, np.ndarray]:
+        """``act`` for a recurrent policy: from ``state`` (N, S), the state each env acts from;
+        returns (actions, extras, state after the step). Callers carry the state per env and
+        replace it with ``initial_state`` where an episode restarts."""
+        raise NotImplementedError(f"{type(self).__name__} is feed-forward: it acts through act()")
+
     def seed_acting(self, seed) -> None:
         """Seed the explorer side's action sampling (``seed``: anything ``default_rng`` takes), so
         that a chunk's actions depend on its seed and weights alone, not on what this object

@@ -30,6 +30,7 @@ from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.normalize import RewardScaler
+from tianji_dask.algos.recurrent import RecurrentSpec, sequence_batch, sequence_update
 from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.chunk import extras
 
@@ -76,6 +77,10 @@ class PPOConfig(AlgoConfig):
     #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
     #: Workers must be able to import the module
     encoder: EncoderSpec = None
+    #: ``{kind: lstm|gru, hidden: N}``: a recurrent core between trunk and heads (Discrete actions,
+    #: flat observations); updates unroll whole env sequences from each chunk's state0 (truncated
+    #: BPTT over the segment), minibatches of whole sequences. null: feed-forward
+    recurrent: RecurrentSpec | None = None
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -188,6 +193,8 @@ class PPO(SegmentActorCritic, Algorithm):
             self._make_optimizer()
         segments, versions = self._take_batch()
         self.late_segments_used += sum(1 for v in versions if v < self.updates)
+        if self.recurrent:
+            return self._learn_sequences(segments)
         batch = self.build_batch(segments)
         B = len(batch["actions"])
         n_mb = min(c.num_minibatches, B)
@@ -206,6 +213,20 @@ class PPO(SegmentActorCritic, Algorithm):
                 self.optimizer.step()
                 for k, v in stats.items():  # reported: means over the last epoch
                     totals[k] = totals[k] + v if k in totals else v
+        self.updates += 1
+        self._drop_stale()
+        self._fold_statistics()
+        metrics = {k: float(v) / n_mb for k, v in totals.items()}
+        metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
+                       segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
+        return metrics
+
+    def _learn_sequences(self, segments: list[dict]) -> dict[str, float]:
+        """``learn`` of a recurrent policy: minibatches of whole env sequences (recurrent.py)."""
+        c = self.config
+        batch = sequence_batch(self, segments, gae)
+        totals, n_mb = sequence_update(self, batch, clip_grad_norm)
+        B = int(batch["valid"].sum())
         self.updates += 1
         self._drop_stale()
         self._fold_statistics()
@@ -246,5 +267,8 @@ class PPO(SegmentActorCritic, Algorithm):
     def policy_module(self) -> torch.nn.Module:
         """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor."""
         from tianji_dask.algos.policy import actor_critic_policy
+
+        if self.recurrent:
+            raise NotImplementedError("PPO with recurrent has no exportable policy network; load_policy still acts through act_recurrent()")
 
         return actor_critic_policy(self)

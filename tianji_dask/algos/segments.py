@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from tianji_dask.algos.encoders import network_input
 from tianji_dask.algos.gaussian import (
@@ -24,6 +25,7 @@ from tianji_dask.algos.models import (
     weights_of,
 )
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
+from tianji_dask.algos.recurrent import RecurrentActorCritic
 from tianji_dask.chunk import extras
 
 
@@ -35,6 +37,7 @@ class SegmentActorCritic:
     def _init_actor_critic(self, obs_space, action_space, seed: int) -> None:
         c = self.config
         name = type(self).__name__
+        self.recurrent = getattr(c, "recurrent", None) is not None
         self.continuous = isinstance(action_space, gym.spaces.Box)
         if self.continuous:
             obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name, images=c.encoder is not None)
@@ -44,6 +47,13 @@ class SegmentActorCritic:
             self.net = seeded_init(seed, lambda: GaussianActorCritic(net_input, self.action_dim, c.hidden, c.activation))
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
+        elif getattr(c, "recurrent", None) is not None:
+            if not isinstance(action_space, gym.spaces.Discrete) or c.encoder is not None or c.shared_trunk:
+                raise ValueError(f"{name}: recurrent is for Discrete actions and flat observations, without encoder or shared_trunk")
+            obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
+            if not isinstance(obs_dim, int):
+                raise ValueError(f"{name}: recurrent is for flat Box observations, not images")
+            self.net = seeded_init(seed, lambda: RecurrentActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.recurrent))
         else:
             if not isinstance(action_space, gym.spaces.Discrete):
                 raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
@@ -68,6 +78,8 @@ class SegmentActorCritic:
         """Sample from the policy (``explore={"greedy": True}``: the most likely action); the
         extra ``logprob`` is the behaviour log-probability (log-density for Box actions) the
         learner's correction needs."""
+        if self.recurrent:
+            raise ValueError(f"{type(self).__name__}: a recurrent policy acts through act_recurrent(obs, state, explore)")
         greedy = explore.get("greedy", False)
         obs = self._obs(obs)
         if self.continuous:
@@ -75,6 +87,19 @@ class SegmentActorCritic:
         else:
             actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, greedy)
         return actions, {"logprob": logp}
+
+    def initial_state(self, num_envs: int) -> np.ndarray | None:
+        """Zeros (num_envs, S) for a recurrent policy; None otherwise."""
+        return np.zeros((num_envs, self.net.state_size), dtype=np.float32) if self.recurrent else None
+
+    def act_recurrent(self, obs: np.ndarray, state: np.ndarray, explore: dict) -> tuple[np.ndarray, dict, np.ndarray]:
+        """``act`` of a recurrent policy from ``state`` (N, S); also returns the state after."""
+        with torch.no_grad():
+            feats, new_state = self.net.step(torch.as_tensor(self._obs(obs), dtype=torch.float32),
+                                             torch.as_tensor(state, dtype=torch.float32))
+            logits = self.net.logits(feats).numpy()
+        actions, logp = sample_categorical(logits, self.rng, explore.get("greedy", False))
+        return actions, {"logprob": logp}, new_state.numpy()
 
     def env_action(self, actions: np.ndarray) -> np.ndarray:
         """Box actions clipped to the bounds (CleanRL's ClipAction); Discrete ones unchanged."""

@@ -43,6 +43,7 @@ class Rollout:
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.env_steps = 0
+        self.state = None  # a recurrent policy's state per env (see Algorithm.initial_state), made on first run
 
     def run(self, policy, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
         """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk. The env
@@ -60,11 +61,19 @@ class Rollout:
         obs = self.obs
         # policies outside the Algorithm interface (test doubles) act in the env's own terms
         env_action = getattr(policy, "env_action", lambda a: a)
+        initial = policy.initial_state(n) if hasattr(policy, "initial_state") else None
+        if initial is not None and self.state is None:
+            self.state = initial.copy()
+        state0 = None if initial is None else self.state.copy()
         if self.step_cost is not None:
             self.step_cost.chunk()
         for t in range(n_steps):
             obs_buf[t] = obs
-            action, extra = policy.act(obs, explore)
+            if initial is None:
+                action, extra = policy.act(obs, explore)
+            else:  # the step after a reset step starts the new episode from the initial state
+                action, extra, self.state = policy.act_recurrent(obs, self.state, explore)
+                self.state[self.resetting] = initial[self.resetting]
             if actions is None:
                 actions = np.empty((n_steps, n, *action.shape[1:]), dtype=action.dtype)
             actions[t] = action
@@ -98,6 +107,8 @@ class Rollout:
             valid=valid, extras=extra_bufs, explorer_id=explorer_id, policy_version=policy_version,
             t_start=t_start, t_end=time.time(), episodes=episodes,
         )
+        if state0 is not None:
+            chunk["state0"] = state0  # the state step 0 acted from, (N, S)
         chunk["env_seed"], chunk["stream_serial"] = self.seed, self.serial
         self.serial += 1
         self.env_steps += chunk["env_steps"]
