@@ -203,6 +203,7 @@ def test_a_failing_and_a_blocked_callback_leave_training_alone(tmp_path, caplog)
     _check_against_results(recorder.calls, run, results)
 
 
+@pytest.mark.slow  # a real cluster with both loggers: the full suite runs it; single mode is the fast tier's
 def test_relaxed_mode_calls_them_in_the_learners_process(tianji_client, tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "run", callbacks=[Recorder(str(log))], overrides={

@@ -236,6 +236,7 @@ def test_the_default_policy_module_says_load_policy_still_acts(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a real program: the fast tier runs the CLI in process
 def test_the_export_program_writes_an_onnx_file_in_silence(runs, tmp_path):
     # the real process: its exit status, its one line, no warning from the exporters on its streams
     run_dir = runs("dqn-cartpole")

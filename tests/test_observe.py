@@ -131,6 +131,7 @@ def _page(base: str, **arguments) -> dict:
                 "explorers": list(explorers.data["explorer"]), "note": note.text}
 
 
+@pytest.mark.slow  # two runs on a real cluster: the full suite (CI) runs it
 def test_two_runs_on_one_scheduler_keep_their_books_pages_and_series_apart(dashboard_client, tmp_path):
     client, base = dashboard_client, _base(dashboard_client)
     runs = [Run("cartpole_ppo", client, out=tmp_path / f"run{i}", overrides={
