@@ -136,7 +136,7 @@ def _tmpfs(path, size: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("size,starts", [
     # room for the pipeline and the results, none for a checkpoint: the run says so in its results
-    ("120k", "tianji-dask: the run failed:\ncheckpoint: cannot write to"),
+    ("120k", "tianji-dask: the run failed: checkpoint: cannot write to"),
     # room for the pipeline only: the results cannot be written, and the line says where they were to go
     ("24k", "tianji-dask: error: out: cannot write the results to"),
 ])
