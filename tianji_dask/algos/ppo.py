@@ -213,26 +213,24 @@ class PPO(SegmentActorCritic, Algorithm):
                 self.optimizer.step()
                 for k, v in stats.items():  # reported: means over the last epoch
                     totals[k] = totals[k] + v if k in totals else v
-        self.updates += 1
-        self._drop_stale()
-        self._fold_statistics()
-        metrics = {k: float(v) / n_mb for k, v in totals.items()}
-        metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
-                       segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
-        return metrics
+        return self._finish_update(totals, n_mb, B, len(segments))
 
     def _learn_sequences(self, segments: list[dict]) -> dict[str, float]:
         """``learn`` of a recurrent policy: minibatches of whole env sequences (recurrent.py)."""
-        c = self.config
         batch = sequence_batch(self, segments, gae)
         totals, n_mb = sequence_update(self, batch, clip_grad_norm)
         B = int(batch["valid"].sum())
+        return self._finish_update(totals, n_mb, B, len(segments))
+
+    def _finish_update(self, totals: dict, n_mb: int, batch_env_steps: int, segments: int) -> dict[str, float]:
+        """One version done: stale segments dropped, statistics folded, the metrics (means of the
+        last epoch's minibatches)."""
         self.updates += 1
         self._drop_stale()
         self._fold_statistics()
         metrics = {k: float(v) / n_mb for k, v in totals.items()}
-        metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B),
-                       segments=float(len(segments)), dropped_segments=float(self.dropped_segments))
+        metrics.update(samples=float(batch_env_steps * self.config.update_epochs), batch_env_steps=float(batch_env_steps),
+                       segments=float(segments), dropped_segments=float(self.dropped_segments))
         return metrics
 
     def counters(self) -> dict[str, int]:
