@@ -214,7 +214,8 @@ class LearnerCore:
         episodes, chunks = ledger.arrays()
         ledger.discard_spill()  # the rows go out with the results
         results = ledger.results(self.version, arrays=(episodes, chunks), extra={
-            "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(), "replay_progress": self.algo.replay_progress(),
+            "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(),
+            "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),

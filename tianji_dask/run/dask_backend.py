@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from tianji_dask import dask_internals
+from tianji_dask.callbacks.entries import parse as parse_callback
 from tianji_dask.errors import PipelineError, RunFault
 from tianji_dask.run import accounting, specs
 from tianji_dask.run.backend import Backend, RunPlan
@@ -22,10 +23,8 @@ def named_modules(p) -> dict[str, str]:
         named[p.algo.name.partition(":")[0]] = "algo.name"
     if isinstance(p.algo.config.get("encoder"), str):
         named.setdefault(p.algo.config["encoder"].partition(":")[0], "algo.config.encoder")
-    for i, entry in enumerate(getattr(p, "callbacks", None) or []):
-        spec = entry if isinstance(entry, str) else entry.get("class") if isinstance(entry, dict) else None
-        if isinstance(spec, str) and ":" in spec:
-            named.setdefault(spec.partition(":")[0], f"callbacks[{i}]")
+    for i, entry in enumerate(p.callbacks):  # validated with the pipeline
+        named.setdefault(parse_callback(entry)[0].partition(":")[0], f"callbacks[{i}]")
     return named
 
 
