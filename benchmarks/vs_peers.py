@@ -65,6 +65,7 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
     "minatar_breakout_dqn": ("MinAtar/Breakout-v1", "dqn", 10.0),
     "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
+    "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
 PEERS = ("rllib", "sb3", "cleanrl", "tianshou")

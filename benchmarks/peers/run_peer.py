@@ -40,8 +40,10 @@ TASKS = {
     "hopper_ppo": ("Hopper-v5", "ppo", 2000.0),
     "minatar_breakout_dqn": ("MinAtar/Breakout-v1", "dqn", 10.0),
     "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
+    "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
 }
 WINDOW = 100
+MASKED_ENVS = Path(__file__).resolve().parents[2] / "tianji_dask" / "envs" / "masked.py"
 
 
 def register_env_ids(env_id: str) -> None:
@@ -51,6 +53,11 @@ def register_env_ids(env_id: str) -> None:
         import minatar.gym
 
         minatar.gym.register_envs()
+    if env_id == "CartPoleNoVel-v1":  # the project's own masked CartPole, the very file (numpy and gymnasium only)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("tianji_masked_envs", MASKED_ENVS)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
 def time_to_solve(episodes: list[tuple[float, float]], target: float, window: int = WINDOW) -> float | None:
@@ -99,6 +106,13 @@ SB3_ZOO = {
         batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2,
         n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
         policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu", net_arch=dict(pi=[256, 256], vf=[256, 256])))),
+    # sb3-contrib's RecurrentPPO, RL-Zoo hyperparams/ppo_lstm.yml CartPoleNoVel-v1 (the zoo's env is
+    # CartPole-v1 observing cart position and pole angle only, as ours)
+    "cartpole_novel_ppo_lstm": dict(n_timesteps=1e5, n_envs=8, normalize=True, norm_reward=False, kwargs=dict(
+        n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+        policy_kwargs=dict(ortho_init=False, activation_fn="relu", lstm_hidden_size=64, enable_critic_lstm=True,
+                           net_arch=dict(pi=[64], vf=[64]))),
+        lin={"learning_rate": 0.001, "clip_range": 0.2}),
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
@@ -221,9 +235,14 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
     if zoo.get("normalize"):  # the zoo's VecNormalize, outside the Monitors
         from stable_baselines3.common.vec_env import VecNormalize
 
-        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
-    cls = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo]
-    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99), norm_reward=zoo.get("norm_reward", True))
+    if algo == "ppo_lstm":
+        from sb3_contrib import RecurrentPPO
+
+        cls, policy = RecurrentPPO, "MlpLstmPolicy"
+    else:
+        cls, policy = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo], "MlpPolicy"
+    model = cls(policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
     record.update(t_built=time.time(), config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
                                           **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
     if minatar:  # not RL-Zoo's: n_timesteps is the exploration schedule's length
@@ -472,8 +491,8 @@ def main(argv=None) -> int:
             except md.PackageNotFoundError:
                 return None
 
-        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "tianshou", "minatar", "torch",
-                                                      "gymnasium")}
+        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "sb3-contrib", "tianshou", "minatar",
+                                                      "torch", "gymnasium")}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()
