@@ -84,7 +84,9 @@ class Algorithm(ABC):
         """The deterministic policy as a plain CPU torch module, for export: a float32 batch of
         observations (B, *obs_space.shape) as the env gives them -> the env's actions, int64 (B,)
         for Discrete, float32 (B, A) for Box, as ``env_action`` of ``act`` with exploration off
-        makes them (normalization folded in). A copy: later training does not change it."""
+        makes them (normalization folded in). A recurrent algorithm's takes the state too:
+        ``forward(obs, state) -> (actions, new_state)``, one step as ``act_recurrent`` with
+        exploration off makes it. A copy: later training does not change it."""
         raise NotImplementedError(f"{type(self).__name__} has no exportable policy network; load_policy still acts through act()")
 
     def exploration(self, env_steps: int, updates: int) -> dict:

@@ -263,10 +263,12 @@ class PPO(SegmentActorCritic, Algorithm):
 
     # ---- export ------------------------------------------------------------------------
     def policy_module(self) -> torch.nn.Module:
-        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor."""
-        from tianji_dask.algos.policy import actor_critic_policy
-
+        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor; with
+        ``recurrent``, ``forward(obs, state) -> (action, new_state)`` (see recurrent_policy.py)."""
         if self.recurrent:
-            raise NotImplementedError("PPO with recurrent has no exportable policy network; load_policy still acts through act_recurrent()")
+            from tianji_dask.algos.recurrent_policy import recurrent_policy
+
+            return recurrent_policy(self)
+        from tianji_dask.algos.policy import actor_critic_policy
 
         return actor_critic_policy(self)

@@ -20,14 +20,21 @@ def _frame(rendered) -> np.ndarray:
 def play_episodes(policy, env, episodes: int, seed: int, explore: dict, on_episode_frames=None) -> tuple[list, list]:
     """Play ``episodes`` whole episodes on a one-env vector env (env seeds ``seed``, ``seed + 1``,
     ...); returns (returns, lengths). ``on_episode_frames(episode, frames)``: each episode's
-    rendered frames, from the reset to the step before the last (the env renders ``rgb_array``)."""
+    rendered frames, from the reset to the step before the last (the env renders ``rgb_array``).
+    A recurrent policy (``initial_state(1)`` not None) acts through ``act_recurrent``: each step
+    from the state the previous one left, each episode from the initial state."""
+    initial = policy.initial_state(1) if hasattr(policy, "initial_state") else None
     returns, lengths = [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         frames = [_frame(env.render())] if on_episode_frames is not None else None
         total, steps, done = 0.0, 0, False
+        state = None if initial is None else initial.copy()
         while not done and steps < MAX_EPISODE_STEPS:
-            actions, _ = policy.act(obs, explore)
+            if state is None:
+                actions, _ = policy.act(obs, explore)
+            else:
+                actions, _, state = policy.act_recurrent(obs, state, explore)
             obs, reward, terminated, truncated, _ = env.step(policy.env_action(actions))
             total += float(np.sum(reward))
             steps += 1

@@ -25,7 +25,14 @@ ALLOWED = "a run directory (with pipeline.yaml), a checkpoint file in one, or a 
 
 @dataclass
 class Policy:
-    """A checkpoint's policy: ``act`` through the algorithm itself, ``module()`` as a torch module."""
+    """A checkpoint's policy: ``act`` through the algorithm itself, ``module()`` as a torch module.
+
+    A recurrent policy (``recurrent``: the algorithm's ``initial_state`` gives a state) carries a
+    float32 state from step to step, SB3's ``predict(obs, state, episode_start)`` in this project's
+    terms: ``action, state = policy.act(obs, state=state, episode_start=start)``, where ``state``
+    is what the previous call returned (None: the initial state, ``initial_state``) and
+    ``episode_start`` marks the observations that begin an episode (after a reset), which act from
+    the initial state instead. Feed-forward policies take neither and return the actions alone."""
 
     algorithm: Algorithm
     observation_space: gym.spaces.Box
@@ -33,21 +40,78 @@ class Policy:
     version: int
     checkpoint: str
 
-    def act(self, obs, deterministic: bool = True) -> np.ndarray:
+    @property
+    def recurrent(self) -> bool:
+        """True when the policy acts from a state it carries (``act`` then returns (actions, state))."""
+        return self._initial(1) is not None
+
+    def initial_state(self, batch: int | None = None) -> np.ndarray | None:
+        """The state an episode starts from: float32 (S,) for one observation (``batch`` None),
+        (batch, S) for a batch; None for a feed-forward policy."""
+        state = self._initial(1 if batch is None else batch)
+        if state is None:
+            return None
+        state = np.array(state, np.float32)
+        return state[0] if batch is None else state
+
+    def _initial(self, n: int) -> np.ndarray | None:
+        initial = getattr(self.algorithm, "initial_state", None)
+        return None if initial is None else initial(n)
+
+    def act(self, obs, deterministic: bool = True, state: np.ndarray | None = None, episode_start=None):
         """The env actions for one observation (shaped as ``observation_space``) or a batch of them:
         the algorithm's ``act`` (exploration off with ``deterministic``, else its own sampling with
-        ``{}``), then its ``env_action`` (continuous actions clipped or rescaled into the Box)."""
+        ``{}``), then its ``env_action`` (continuous actions clipped or rescaled into the Box).
+
+        A recurrent policy acts through ``act_recurrent`` and returns ``(actions, new_state)``:
+        from ``state`` (float32 (S,) for one observation, (B, S) for a batch; None: the initial
+        state), except where ``episode_start`` (a bool, or (B,) bools) is True, which act from the
+        initial state. ``new_state`` is what the next call takes. ValueError (one line) for a
+        wrong shape, or for a state given to a feed-forward policy."""
         obs = np.asarray(obs)
         shape = tuple(self.observation_space.shape)
         single = obs.shape == shape
         if not single and obs.shape[1:] != shape:
             raise ValueError(f"obs: shape {obs.shape}; allowed: {shape} (one observation) or (B, *{shape}) (a batch)")
-        actions, _ = self.algorithm.act(obs[None] if single else obs, DETERMINISTIC if deterministic else {})
+        batch = obs[None] if single else obs
+        explore = DETERMINISTIC if deterministic else {}
+        initial = self._initial(len(batch))
+        if initial is None:
+            if state is not None or episode_start is not None:
+                name = type(self.algorithm).__name__
+                raise ValueError(f"state: {name}'s policy is feed-forward (no state); allowed: state=None, episode_start=None")
+            actions, _ = self.algorithm.act(batch, explore)
+            actions = np.asarray(self.algorithm.env_action(actions))
+            return actions[0] if single else actions
+        state = self._state(state, episode_start, initial, single, len(batch))
+        actions, _, new_state = self.algorithm.act_recurrent(batch, state, explore)
         actions = np.asarray(self.algorithm.env_action(actions))
-        return actions[0] if single else actions
+        new_state = np.array(new_state, np.float32)
+        return (actions[0], new_state[0]) if single else (actions, new_state)
+
+    @staticmethod
+    def _state(state, episode_start, initial: np.ndarray, single: bool, n: int) -> np.ndarray:
+        """The (n, S) state the step acts from: ``state`` checked, ``initial`` where it is None or an episode starts."""
+        initial = np.asarray(initial, np.float32)
+        if state is None:
+            return initial.copy()
+        state = np.asarray(state)
+        want = initial.shape[1:] if single else initial.shape
+        if state.shape != want:
+            allowed = f"{want} (the state of one observation)" if single else f"{want} (one row per observation)"
+            raise ValueError(f"state: shape {state.shape}; allowed: {allowed}, as initial_state() or the previous act() gives it")
+        state = np.array(state[None] if single else state, np.float32)
+        if episode_start is not None:
+            start = np.asarray(episode_start)
+            if start.shape not in ((), (n,)):
+                raise ValueError(f"episode_start: shape {start.shape}; allowed: () or ({n},) (one bool per observation)")
+            start = np.broadcast_to(start.astype(bool), (n,))
+            state[start] = initial[start]
+        return state
 
     def module(self) -> torch.nn.Module:
-        """The algorithm's ``policy_module()``: the deterministic policy as a CPU torch module."""
+        """The algorithm's ``policy_module()``: the deterministic policy as a CPU torch module;
+        for a recurrent policy its ``forward(obs, state)`` returns ``(action, new_state)``."""
         return self.algorithm.policy_module()
 
 

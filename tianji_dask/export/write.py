@@ -1,9 +1,12 @@
 """A policy written for use outside the project: TorchScript (``torch.jit.trace``, loaded back with
 ``torch.jit.load``) or ONNX (opset 17, through torch's TorchScript-based exporter, which needs
 onnx and no onnxscript; a dynamic batch dimension). Input ``obs``: float32 (B, *obs shape), as the
-env gives them; output ``action``: int64 (B,) for Discrete, float32 (B, A) for Box. Each file
-carries ``tianji.json`` (the checkpoint, its version, the spaces) as TorchScript extra file or
-ONNX metadata. Written to a temporary file and renamed: nothing half-written on failure."""
+env gives them; output ``action``: int64 (B,) for Discrete, float32 (B, A) for Box. A recurrent
+policy takes a second input, ``state`` float32 (B, S) (at an episode's first step the initial
+state: zeros for PPO), and gives a second output, ``new_state`` (B, S), the state its next step
+takes. Each file carries ``tianji.json`` (the checkpoint, its version, the spaces, a recurrent
+policy's ``state_shape``) as TorchScript extra file or ONNX metadata. Written to a temporary file
+and renamed: nothing half-written on failure."""
 
 from __future__ import annotations
 
@@ -35,23 +38,35 @@ def metadata(policy: Policy) -> dict:
     space = policy.action_space
     action = {"discrete": int(space.n)} if hasattr(space, "n") else {
         "shape": list(space.shape), "low": space.low.tolist(), "high": space.high.tolist()}
-    return {"checkpoint": policy.checkpoint, "version": policy.version, "algorithm": type(policy.algorithm).__name__,
+    meta = {"checkpoint": policy.checkpoint, "version": policy.version, "algorithm": type(policy.algorithm).__name__,
             "observation_shape": list(policy.observation_space.shape), "action": action}
+    state = policy.initial_state()
+    if state is not None:
+        meta["state_shape"] = list(state.shape)
+    return meta
 
 
-def _torchscript(module: torch.nn.Module, example: torch.Tensor, tmp: Path, meta: dict) -> None:
+def examples(policy: Policy) -> tuple[torch.Tensor, ...]:
+    """What the module is traced with: a batch of two zero observations (and initial states)."""
+    obs = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    state = policy.initial_state(2)
+    return (obs,) if state is None else (obs, torch.from_numpy(state))
+
+
+def _torchscript(module: torch.nn.Module, example: tuple[torch.Tensor, ...], tmp: Path, meta: dict) -> None:
     with warnings.catch_warnings():  # deprecated in favour of torch.export, which TorchScript files do not come from
         warnings.filterwarnings("ignore", r"`torch\.jit\.(trace|save)", DeprecationWarning)
         traced = torch.jit.trace(module, example)
         torch.jit.save(traced, str(tmp), _extra_files={METADATA: json.dumps(meta)})
 
 
-def _onnx_file(module: torch.nn.Module, example: torch.Tensor, tmp: Path, meta: dict) -> None:
+def _onnx_file(module: torch.nn.Module, example: tuple[torch.Tensor, ...], tmp: Path, meta: dict) -> None:
     onnx = _onnx()
+    inputs, outputs = (["obs"], ["action"]) if len(example) == 1 else (["obs", "state"], ["action", "new_state"])
     with warnings.catch_warnings():  # the TorchScript-based exporter: quiet, fast, no onnxscript
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-        torch.onnx.export(module, (example,), str(tmp), dynamo=False, opset_version=OPSET, input_names=["obs"],
-                          output_names=["action"], dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
+        torch.onnx.export(module, example, str(tmp), dynamo=False, opset_version=OPSET, input_names=inputs,
+                          output_names=outputs, dynamic_axes={name: {0: "batch"} for name in inputs + outputs})
     model = onnx.load(str(tmp))
     model.metadata_props.add(key=METADATA, value=json.dumps(meta))
     onnx.checker.check_model(model)
@@ -80,7 +95,7 @@ def export_policy(source: Policy | str | os.PathLike, fmt: str, out: str | os.Pa
         module = policy.module()
     except NotImplementedError as err:
         raise PipelineError(f"export: {err}") from None
-    example = torch.zeros((2, *policy.observation_space.shape), dtype=torch.float32)
+    example = examples(policy)
     write = _torchscript if fmt == "torchscript" else _onnx_file
     made = [d for d in out.parents if not d.exists()]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
 """``check_algorithm``: an algorithm run in this process on a real env, for a few chunks, against
 the contract the dataflow relies on (in the spirit of gymnasium's ``check_env``). Each violation
-is one line naming the method; the first exception a method raises ends that method's checks."""
+is one line naming the method; the first exception a method raises ends that method's checks.
+A recurrent algorithm (``initial_state`` gives a state) is checked through ``act_recurrent``, and
+its ``policy_module``, when it has one, against ``act_recurrent`` with exploration off."""
 
 from __future__ import annotations
 
@@ -10,15 +12,18 @@ import tempfile
 
 import cloudpickle
 import numpy as np
+import torch
 from pydantic import ValidationError
 
 from tianji_dask.algos import Algorithm, resolve_algorithm, validate_config
 from tianji_dask.core import checkpoint
+from tianji_dask.envs.play import DETERMINISTIC
 from tianji_dask.envs.rollout import Rollout
-from tianji_dask.envs.vector import env_spaces, register
+from tianji_dask.envs.vector import env_spaces, make_vec_env, register
 from tianji_dask.errors import raised_in
 
 STALE = 10**6  # a staleness no algorithm should keep data at without saying so through accepts
+MODULE_STEPS = 16  # env steps a recurrent policy_module is compared with act_recurrent over
 
 
 class AlgorithmCheckError(AssertionError):
@@ -37,7 +42,8 @@ def check_algorithm(algorithm, env_id: str, *, config: dict | None = None, env_k
                     env_register: str | None = None, num_envs: int = 4, chunk_steps: int = 32, updates: int = 2,
                     max_chunks: int = 64, seed: int = 0, raise_on_violation: bool = True) -> list[str]:
     """Check ``algorithm`` (a subclass of ``tianji_dask.Algorithm``, its ``"module:Class"``, a
-    bundled name, or an instance) on ``env_id``: chunks stepped with its own ``act``, ``ingest`` and
+    bundled name, or an instance) on ``env_id``: chunks stepped with its own ``act`` (a recurrent
+    algorithm's ``act_recurrent``, from its ``initial_state``), ``ingest`` and
     ``learn`` until ``updates`` updates ran (at most ``max_chunks`` chunks of ``num_envs`` x
     ``chunk_steps`` steps), then weights, ``seed_acting``, pickling and checkpoint round trips.
 
@@ -55,6 +61,8 @@ class _Checker:
         self.found: list[str] = []
         self.env_id, self.env_kwargs, self.num_envs, self.chunk_steps, self.seed = env_id, env_kwargs, num_envs, chunk_steps, seed
         self.algorithm, self.config, self.env_register = algorithm, config, env_register
+        self.initial = None  # a recurrent algorithm's initial_state(num_envs); None: feed-forward
+        self.acting = "act"  # the method that acts: act, or act_recurrent
 
     def fail(self, method: str, text: str) -> None:
         line = f"{self.label}.{method}: {text}"
@@ -95,7 +103,7 @@ class _Checker:
         except _Failed:
             return
         self.seeded = True  # until seed_acting is found wanting: then acting is compared no further
-        for check in (self.check_seed_acting, self.check_weights, self.check_pickle, self.check_state):
+        for check in (self.check_seed_acting, self.check_weights, self.check_pickle, self.check_state, self.check_policy_module):
             try:
                 check(learner, obs, weights)
             except _Failed:
@@ -110,14 +118,19 @@ class _Checker:
         rollout = Rollout(self.env_id, self.num_envs, self.seed, self.env_kwargs)
         weights = self.call("get_weights", learner.get_weights)
         self.check_weights_dict(weights)
-        self.check_act(explorer, rollout.obs, learner.exploration(0, 0))
+        self.initial = self.check_initial_state(explorer)
+        if self.initial is None:
+            self.check_act(explorer, rollout.obs, learner.exploration(0, 0))
+        else:
+            self.acting = "act_recurrent"
+            self.check_act_recurrent(explorer, rollout.obs, learner.exploration(0, 0))
         done = env_steps = 0
         per_update = self.call("chunks_per_update", learner.chunks_per_update)
         for i in range(max_chunks):
             self.call("set_weights", explorer.set_weights, weights)
             self.call("seed_acting", explorer.seed_acting, [self.seed, i])
             explore = learner.exploration(env_steps, done)
-            chunk = self.call("act", rollout.run, explorer, self.chunk_steps, explore, policy_version=done, explorer_id=0)
+            chunk = self.call(self.acting, rollout.run, explorer, self.chunk_steps, explore, policy_version=done, explorer_id=0)
             kept = self.call("ingest", learner.ingest, chunk, 0)
             if not isinstance(kept, (int, np.integer)) or not 0 <= kept <= chunk["env_steps"]:
                 self.fail("ingest", f"returned {kept!r}; must return the env steps kept, an int in 0..{chunk['env_steps']}")
@@ -146,14 +159,41 @@ class _Checker:
         if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
             self.fail("act", f"must return (actions, extras dict), got {type(out).__name__}")
             raise _Failed
-        actions, extras = out
+        self.check_actions("act", algo, obs, *out)
+
+    def check_initial_state(self, algo: Algorithm) -> np.ndarray | None:
+        """``initial_state(num_envs)``: None (feed-forward) or a float32 array (num_envs, S)."""
+        initial_state = getattr(algo, "initial_state", None)
+        state = None if initial_state is None else self.call("initial_state", initial_state, self.num_envs)
+        if state is None:
+            return None
+        if not (isinstance(state, np.ndarray) and state.dtype == np.float32 and state.ndim == 2 and len(state) == self.num_envs):
+            self.fail("initial_state", f"must return None or a float32 array (num_envs, S) = ({self.num_envs}, S), "
+                      f"got {_typed(state)}")
+            raise _Failed
+        return state
+
+    def check_act_recurrent(self, algo: Algorithm, obs, explore: dict) -> None:
+        out = self.call("act_recurrent", algo.act_recurrent, obs, self.initial.copy(), explore)
+        if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[1], dict)):
+            self.fail("act_recurrent", f"must return (actions, extras dict, new state), got {type(out).__name__}")
+            raise _Failed
+        actions, extras, state = out
+        if not (isinstance(state, np.ndarray) and state.dtype == np.float32 and state.shape == self.initial.shape):
+            self.fail("act_recurrent", "the new state must be a float32 array shaped as initial_state()'s "
+                      f"{self.initial.shape}, got {_typed(state)}")
+            raise _Failed
+        self.check_actions("act_recurrent", algo, obs, actions, extras)
+
+    def check_actions(self, method: str, algo: Algorithm, obs, actions, extras: dict) -> None:
+        """What ``act`` (or ``act_recurrent``) returned for ``obs``: one row each, in the action space."""
         n = len(obs)
         if not isinstance(actions, np.ndarray) or len(actions) != n:
-            self.fail("act", f"actions must be an array with one row per observation ({n}), got {_shape(actions)}")
+            self.fail(method, f"actions must be an array with one row per observation ({n}), got {_shape(actions)}")
             raise _Failed
         for name, value in extras.items():
             if not isinstance(value, np.ndarray) or len(value) != n:
-                self.fail("act", f"extra {name!r} must be an array with one row per observation ({n}), got {_shape(value)}")
+                self.fail(method, f"extra {name!r} must be an array with one row per observation ({n}), got {_shape(value)}")
         env_actions = self.call("env_action", algo.env_action, actions)
         outside = [i for i in range(n) if not _contains(self.act_space, env_actions[i])]
         if outside:
@@ -191,9 +231,20 @@ class _Checker:
             return
         self.call("seed_acting", a.seed_acting, [self.seed, 99])
         self.call("seed_acting", b.seed_acting, [self.seed, 99])
-        mine, theirs = self.call("act", a.act, obs, explore)[0], self.call("act", b.act, obs, explore)[0]
-        if not np.array_equal(mine, theirs):
+        (mine, my_state), (theirs, their_state) = self.acted(a, obs, explore, 1), self.acted(b, obs, explore, 1)
+        if not np.array_equal(mine, theirs) or (my_state is not None and not np.array_equal(my_state, their_state)):
             self.fail(method, f"{what} acts differently on the same observations after the same seed_acting")
+
+    def acted(self, algo: Algorithm, obs, explore: dict, steps: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The actions of ``steps`` steps on ``obs``, concatenated, and the state after them: a
+        recurrent algorithm's from its initial state, carried from step to step (None: feed-forward)."""
+        if self.initial is None:
+            return np.concatenate([self.call("act", algo.act, obs, explore)[0] for _ in range(steps)]), None
+        state, actions = self.initial.copy(), []
+        for _ in range(steps):
+            action, _, state = self.call("act_recurrent", algo.act_recurrent, obs, state, explore)
+            actions.append(action)
+        return np.concatenate(actions), np.asarray(state)
 
     def check_weights(self, learner: Algorithm, obs, weights) -> None:
         twin = self.call("__init__", self.build, self.seed + 2)
@@ -215,9 +266,9 @@ class _Checker:
 
     def acted_after_seed(self, algo: Algorithm, obs, explore: dict, warmup: int):
         for _ in range(warmup):
-            self.call("act", algo.act, obs, explore)
+            self.acted(algo, obs, explore, 1)
         self.call("seed_acting", algo.seed_acting, [self.seed, 7])
-        return np.concatenate([self.call("act", algo.act, obs, explore)[0] for _ in range(3)])
+        return self.acted(algo, obs, explore, 3)[0]
 
     def check_pickle(self, learner: Algorithm, obs, weights) -> None:
         try:
@@ -243,6 +294,55 @@ class _Checker:
         if differ:
             self.fail("load_state_dict", f"an instance given state_dict() differs from the learner in {differ}")
 
+    def check_policy_module(self, learner: Algorithm, obs, weights) -> None:
+        """A recurrent algorithm's ``policy_module`` (when it has one): ``forward(obs, state)`` gives
+        ``env_action`` of ``act_recurrent``'s greedy actions and its new state, step by step on an env."""
+        if self.initial is None or not hasattr(learner, "policy_module"):
+            return
+        module = self.call("policy_module", _exportable, learner.policy_module)
+        if module is None:
+            return
+        env = make_vec_env(self.env_id, self.num_envs, seed=self.seed + 6, **self.env_kwargs)
+        try:
+            obs, _ = env.reset(seed=self.seed + 6)
+            state, module_state = self.initial.copy(), torch.from_numpy(self.initial.copy())
+            for t in range(MODULE_STEPS):
+                actions, _, state = self.call("act_recurrent", learner.act_recurrent, obs, state, DETERMINISTIC)
+                actions = np.asarray(self.call("env_action", learner.env_action, actions))
+                with torch.no_grad():
+                    out = self.call("policy_module", module, torch.as_tensor(np.asarray(obs, np.float32)), module_state)
+                if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, torch.Tensor) for x in out)):
+                    self.fail("policy_module", "a recurrent algorithm's module must return (actions, new_state) tensors, "
+                              f"got {type(out).__name__}")
+                    return
+                module_actions, module_state = out[0].numpy(), out[1]
+                if not _same(module_actions, actions):
+                    self.fail("policy_module", f"its actions differ at step {t} from env_action of act_recurrent's "
+                              "with exploration off")
+                    return
+                if not np.allclose(module_state.numpy(), state, rtol=0, atol=1e-5):
+                    self.fail("policy_module", f"its new_state differs from act_recurrent's at step {t}")
+                    return
+                obs, *_ = env.step(actions)
+        finally:
+            env.close()
+
+
+def _exportable(policy_module):
+    """``policy_module()``, or None for an algorithm without one (NotImplementedError)."""
+    try:
+        return policy_module()
+    except NotImplementedError:
+        return None
+
+
+def _same(got: np.ndarray, expected: np.ndarray) -> bool:
+    if got.shape != expected.shape:
+        return False
+    if got.dtype.kind in "iub" and expected.dtype.kind in "iub":
+        return np.array_equal(got, expected)
+    return np.allclose(got, expected, rtol=0, atol=1e-5)
+
 
 def _first_difference(a: dict, b: dict) -> str | None:
     if set(a) != set(b):
@@ -259,3 +359,7 @@ def _contains(space, action) -> bool:
 
 def _shape(value) -> str:
     return f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+
+
+def _typed(value) -> str:
+    return f"{_shape(value)} of {value.dtype}" if isinstance(value, np.ndarray) else _shape(value)
