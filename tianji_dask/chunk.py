@@ -6,6 +6,10 @@ next-observation is ever duplicated. Gymnasium's vector envs reset an env on the
 *after* it finished (autoreset NEXT_STEP); that reset step is not a transition and is marked
 ``valid = False``.
 
+A recurrent policy's chunk also carries ``state0`` (N, S), the state its first step acted from,
+and with burn-in the K steps before that step: ``burn_obs`` (K, N, *obs_shape), ``burn_valid``
+(K, N) and ``burn_state`` (N, S) (see ``envs/burn_in.py``); feed-forward chunks have none of them.
+
 This module imports neither Dask nor torch.
 """
 
@@ -19,6 +23,9 @@ import numpy as np
 ARRAY_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
 #: scalar stamps every chunk carries
 STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes")
+#: a recurrent policy's arrays whose first axis is the env (N, S), and those of its burn-in steps (K, N, ...)
+STATE_FIELDS = ("state0", "burn_state")
+BURN_IN_FIELDS = ("burn_obs", "burn_valid")
 
 
 #: chunks whose arrays total at most this many bytes travel packed into one buffer (see SampleChunk)
@@ -114,6 +121,15 @@ def extras(chunk: dict) -> dict[str, np.ndarray]:
     return {k[len("extra_"):]: v for k, v in chunk.items() if k.startswith("extra_")}
 
 
+def select_envs(chunk: dict, envs: np.ndarray) -> dict:
+    """The per-step and per-env arrays of some of a chunk's envs (``episodes`` and stamps left out)."""
+    out = {}
+    for k, v in chunk.items():
+        if isinstance(v, np.ndarray) and k != "episodes":
+            out[k] = v[envs] if k in STATE_FIELDS else v[:, envs]
+    return out
+
+
 def validate_chunk(chunk: dict) -> None:
     """Raise ValueError naming the first field that breaks the schema."""
     for name in ARRAY_FIELDS + STAMP_FIELDS + ("episodes",):
@@ -135,6 +151,7 @@ def validate_chunk(chunk: dict) -> None:
     for name in ("terminated", "truncated", "valid"):
         if chunk[name].dtype != bool:
             raise ValueError(f"chunk.{name}: dtype must be bool")
+    _validate_recurrent(chunk, n)
     if chunk["rewards"].dtype != np.float32:
         raise ValueError("chunk.rewards: dtype must be float32")
     for name, arr in chunk.items():
@@ -149,3 +166,21 @@ def validate_chunk(chunk: dict) -> None:
         raise ValueError("chunk.t_end: must not be before t_start")
     if chunk["policy_version"] < 0:
         raise ValueError("chunk.policy_version: must be >= 0")
+
+
+def _validate_recurrent(chunk: dict, n: int) -> None:
+    """The optional fields of a recurrent policy's chunk, where present (see the module docstring)."""
+    for name in STATE_FIELDS:
+        if name in chunk:
+            arr = chunk[name]
+            if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.shape[0] != n or arr.dtype != np.float32:
+                raise ValueError(f"chunk.{name}: must be a float32 array of shape (N, S) with N = {n}")
+    if any(name in chunk for name in BURN_IN_FIELDS + ("burn_state",)):
+        if not all(name in chunk for name in BURN_IN_FIELDS + ("burn_state",)):
+            raise ValueError("chunk.burn_obs: burn_obs, burn_valid and burn_state come together")
+        obs, burn_obs, burn_valid = chunk["obs"], chunk["burn_obs"], chunk["burn_valid"]
+        if not isinstance(burn_obs, np.ndarray) or burn_obs.shape[1:] != obs.shape[1:] or burn_obs.dtype != obs.dtype:
+            raise ValueError(f"chunk.burn_obs: must have shape (K, *obs.shape[1:]) = (K, {', '.join(map(str, obs.shape[1:]))}) "
+                             f"and obs's dtype {obs.dtype}")
+        if not isinstance(burn_valid, np.ndarray) or burn_valid.shape != burn_obs.shape[:2] or burn_valid.dtype != bool:
+            raise ValueError(f"chunk.burn_valid: must be a bool array of shape (K, N) = {burn_obs.shape[:2]}")

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from tianji_dask.chunk import make_chunk
+from tianji_dask.envs.burn_in import BurnInHistory
 from tianji_dask.envs.vector import make_vec_env
 
 #: per-step arrays an env reports in its step info that the chunk keeps as extras, zero on reset
@@ -44,10 +45,13 @@ class Rollout:
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.env_steps = 0
         self.state = None  # a recurrent policy's state per env (see Algorithm.initial_state), made on first run
+        self.history = None  # with the policy's burn_in K > 0: its envs' last K steps (see burn_in.py)
 
     def run(self, policy, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
         """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk. The env
-        receives ``policy.env_action`` of each action; the chunk keeps the action itself."""
+        receives ``policy.env_action`` of each action; the chunk keeps the action itself. A
+        recurrent policy (``initial_state`` not None) acts through ``act_recurrent`` and its chunk
+        carries ``state0``; with ``policy.burn_in`` K > 0 also the K steps before (burn_in.py)."""
         t_start = time.time()
         n = self.num_envs
         obs_buf = np.empty((n_steps + 1, n, *self.obs.shape[1:]), dtype=self.obs.dtype if self.obs.dtype == np.uint8 else np.float32)
@@ -65,6 +69,11 @@ class Rollout:
         if initial is not None and self.state is None:
             self.state = initial.copy()
         state0 = None if initial is None else self.state.copy()
+        burn_in = int(getattr(policy, "burn_in", 0) or 0) if initial is not None else 0
+        if burn_in and (self.history is None or self.history.k != burn_in):
+            self.history = BurnInHistory(burn_in, obs_buf[0], initial)
+        tail = self.history.tail_steps(n_steps) if burn_in else n_steps
+        tail_states = np.empty((n_steps - tail, *initial.shape), dtype=np.float32) if burn_in else None
         if self.step_cost is not None:
             self.step_cost.chunk()
         for t in range(n_steps):
@@ -72,6 +81,8 @@ class Rollout:
             if initial is None:
                 action, extra = policy.act(obs, explore)
             else:  # the step after a reset step starts the new episode from the initial state
+                if t >= tail:
+                    tail_states[t - tail] = self.state
                 action, extra, self.state = policy.act_recurrent(obs, self.state, explore)
                 self.state[self.resetting] = initial[self.resetting]
             if actions is None:
@@ -108,7 +119,12 @@ class Rollout:
             t_start=t_start, t_end=time.time(), episodes=episodes,
         )
         if state0 is not None:
-            chunk["state0"] = state0  # the state step 0 acted from, (N, S)
+            recurrent = {"state0": state0}  # the state step 0 acted from, (N, S)
+            if burn_in:
+                recurrent.update(self.history.fields())
+                self.history.advance(obs_buf[:n_steps], valid, tail_states)
+            chunk.update(recurrent)
+            chunk["nbytes"] += sum(v.nbytes for v in recurrent.values())
         chunk["env_seed"], chunk["stream_serial"] = self.seed, self.serial
         self.serial += 1
         self.env_steps += chunk["env_steps"]
