@@ -20,6 +20,10 @@ invalid: it gets no target and no loss.
 
 Box action spaces get the diagonal Gaussian policy (``gaussian.py``, as for PPO): pi/mu is then a
 ratio of densities, taken from the same ``evaluate`` as the losses' log-probabilities.
+
+With ``recurrent`` (``recurrent.py``, as for PPO) the logits (or means) and values of a segment come
+from unrolling each env's sequence from the chunk's ``state0`` (recomputed from the steps before
+it with ``burn_in``); groups of envs keep their sequences whole.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from pydantic import Field
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec
 from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.recurrent import RecurrentSpec, segment_terms, with_start_state
 from tianji_dask.algos.segments import SegmentActorCritic
-from tianji_dask.chunk import extras
+from tianji_dask.chunk import extras, select_envs
 
 
 class IMPALAConfig(AlgoConfig):
@@ -91,6 +96,11 @@ class IMPALAConfig(AlgoConfig):
     #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
     #: Workers must be able to import the module
     encoder: EncoderSpec = None
+    #: ``{kind: lstm|gru, hidden: N, burn_in: K}``: a recurrent core between trunk (after the image or
+    #: own encoder) and heads, Discrete or Box actions; V-trace runs over each segment with values and
+    #: log-probabilities from unrolling every env sequence from the chunk's state0 (recomputed from the
+    #: K steps before it with burn_in), minibatches of whole sequences (no minibatch_size). null: feed-forward
+    recurrent: RecurrentSpec | None = None
 
 
 def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, rewards: np.ndarray, values: np.ndarray,
@@ -125,11 +135,6 @@ def vtrace(behaviour_logp: np.ndarray, target_logp: np.ndarray, rewards: np.ndar
     return vs.astype(np.float32), advantages.astype(np.float32)
 
 
-def _env_columns(segment: dict, envs: np.ndarray) -> dict:
-    """The [T, ...] time series of some of a segment's envs (a view-like copy of the arrays)."""
-    return {k: v[:, envs] for k, v in segment.items() if isinstance(v, np.ndarray) and k != "episodes"}
-
-
 class IMPALA(SegmentActorCritic, Algorithm):
     Config = IMPALAConfig
     on_policy = True  # consumed as updates take them, so staleness is measured at training time
@@ -137,6 +142,9 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     def __init__(self, obs_space, action_space, config: IMPALAConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)
+        if config.recurrent is not None and config.minibatch_size is not None:
+            raise ValueError("IMPALA: recurrent trains on whole env sequences (num_minibatches groups of envs); "
+                             "minibatch_size (single steps) does not apply")
         self._init_actor_critic(obs_space, action_space, seed)
         self.late_segments_used = 0  # trained on at staleness >= 1, under V-trace's correction
         self.max_lag_used = 0  # the largest policy lag trained on
@@ -159,16 +167,19 @@ class IMPALA(SegmentActorCritic, Algorithm):
         for seg in segments:
             T, N = seg["rewards"].shape
             valid = seg["valid"]
-            obs = torch.as_tensor(self._obs(seg["obs"])).to(self.device).reshape((T + 1) * N, -1)
-            actions = torch.as_tensor(seg["actions"]).to(self.device).flatten(0, 1)
-            # frame T has no action: its row is padding, only its value (the bootstrap) is used
-            logp, entropy, values = self.net.evaluate(obs, torch.cat([actions, actions[-N:]]))
-            target_logp = logp[: T * N].reshape(T, N)
-            entropy = entropy[: T * N].reshape(T, N)
+            if self.recurrent:  # each env's sequence unrolled from the chunk's state0
+                target_logp, entropy, values = segment_terms(self.net, self._obs(seg["obs"]), seg, self.device)
+            else:
+                obs = torch.as_tensor(self._obs(seg["obs"])).to(self.device).reshape((T + 1) * N, -1)
+                actions = torch.as_tensor(seg["actions"]).to(self.device).flatten(0, 1)
+                # frame T has no action: its row is padding, only its value (the bootstrap) is used
+                logp, entropy, values = self.net.evaluate(obs, torch.cat([actions, actions[-N:]]))
+                target_logp, entropy = logp[: T * N].reshape(T, N), entropy[: T * N].reshape(T, N)
+                values = values.reshape(T + 1, N)
             behaviour_logp = extras(seg)["logprob"]
             target_logp_np = target_logp.detach().cpu().numpy()
             vs, adv = vtrace(behaviour_logp, target_logp_np, seg["rewards"],
-                             values.detach().cpu().numpy().reshape(T + 1, N), seg["terminated"], seg["truncated"], valid,
+                             values.detach().cpu().numpy(), seg["terminated"], seg["truncated"], valid,
                              c.gamma, c.rho_clip, c.c_clip, c.lam)
             ratio = np.exp(target_logp_np - behaviour_logp)
             if c.clip_coef is not None:  # the surrogate's ratio does the importance weighting
@@ -177,7 +188,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
             parts["logp"].append(target_logp[mask])
             parts["behaviour_logp"].append(torch.from_numpy(behaviour_logp[valid]).to(self.device))
             parts["entropy"].append(entropy[mask])
-            parts["value"].append(values[: T * N].reshape(T, N)[mask])
+            parts["value"].append(values[:T][mask])
             parts["vs"].append(torch.from_numpy(vs[valid]).to(self.device))
             parts["adv"].append(torch.from_numpy(adv[valid]).to(self.device))
             parts["rho"].append(torch.from_numpy(ratio[valid]).to(self.device))
@@ -211,6 +222,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
         if self.optimizer is None:
             self._make_optimizer()
         segments, versions = self._take_batch()
+        if self.recurrent:
+            segments = [with_start_state(self, seg) for seg in segments]
         lags = [self.updates - v for v in versions]
         self.late_segments_used += sum(1 for lag in lags if lag > 0)
         self.max_lag_used = max([self.max_lag_used, *lags])
@@ -220,7 +233,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
                 # minibatch i: the i-th group of every segment's shuffled envs
                 groups = [np.array_split(self.rng.permutation(seg["rewards"].shape[1]), n_mb) for seg in segments]
                 for i in range(n_mb):
-                    stats = self._step(self.loss([_env_columns(seg, g[i]) for seg, g in zip(segments, groups)]))
+                    stats = self._step(self.loss([select_envs(seg, g[i]) for seg, g in zip(segments, groups)]))
         else:
             for _ in range(c.update_epochs):
                 # V-trace once per pass under the network of that moment, then PPO's shape:
@@ -287,7 +300,12 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     # ---- export ------------------------------------------------------------------------
     def policy_module(self) -> torch.nn.Module:
-        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor."""
+        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor; with
+        ``recurrent``, ``forward(obs, state) -> (action, new_state)`` (see recurrent_policy.py)."""
+        if self.recurrent:
+            from tianji_dask.algos.recurrent_policy import recurrent_policy
+
+            return recurrent_policy(self)
         from tianji_dask.algos.policy import actor_critic_policy
 
         return actor_critic_policy(self)

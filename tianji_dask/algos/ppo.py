@@ -30,7 +30,8 @@ from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec
 from tianji_dask.algos.models import clip_grad_norm, snapshot
 from tianji_dask.algos.normalize import RewardScaler
-from tianji_dask.algos.recurrent import RecurrentSpec, sequence_batch, sequence_update
+from tianji_dask.algos.recurrent import RecurrentSpec
+from tianji_dask.algos.recurrent_ppo import sequence_batch, sequence_update
 from tianji_dask.algos.segments import SegmentActorCritic
 from tianji_dask.chunk import extras
 
@@ -77,9 +78,10 @@ class PPOConfig(AlgoConfig):
     #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
     #: Workers must be able to import the module
     encoder: EncoderSpec = None
-    #: ``{kind: lstm|gru, hidden: N}``: a recurrent core between trunk and heads (Discrete actions,
-    #: flat observations); updates unroll whole env sequences from each chunk's state0 (truncated
-    #: BPTT over the segment), minibatches of whole sequences. null: feed-forward
+    #: ``{kind: lstm|gru, hidden: N, burn_in: K}``: a recurrent core between trunk (after the image or
+    #: own encoder) and heads, Discrete or Box actions; updates unroll whole env sequences from each
+    #: chunk's state0 (truncated BPTT over the segment), recomputed from the K steps before it with
+    #: burn_in, minibatches of whole sequences. null: feed-forward
     recurrent: RecurrentSpec | None = None
 
 

@@ -25,7 +25,7 @@ from tianji_dask.algos.models import (
     weights_of,
 )
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
-from tianji_dask.algos.recurrent import RecurrentActorCritic
+from tianji_dask.algos.recurrent import RecurrentActorCritic, frames
 from tianji_dask.chunk import extras
 
 
@@ -38,27 +38,28 @@ class SegmentActorCritic:
         c = self.config
         name = type(self).__name__
         self.recurrent = getattr(c, "recurrent", None) is not None
+        self.burn_in = c.recurrent.burn_in if self.recurrent else 0  # what a Rollout ships per chunk for it
         self.continuous = isinstance(action_space, gym.spaces.Box)
         if self.continuous:
             obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name, images=c.encoder is not None)
             if c.shared_trunk:
                 raise ValueError(f"{name}: shared_trunk is for Discrete actions only (the Gaussian policy has separate trunks)")
-            net_input = network_input(c.encoder, obs_space, obs_dim)
-            self.net = seeded_init(seed, lambda: GaussianActorCritic(net_input, self.action_dim, c.hidden, c.activation))
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
-        elif getattr(c, "recurrent", None) is not None:
-            if not isinstance(action_space, gym.spaces.Discrete) or c.encoder is not None or c.shared_trunk:
-                raise ValueError(f"{name}: recurrent is for Discrete actions and flat observations, without encoder or shared_trunk")
-            obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
-            if not isinstance(obs_dim, int):
-                raise ValueError(f"{name}: recurrent is for flat Box observations, not images")
-            self.net = seeded_init(seed, lambda: RecurrentActorCritic(obs_dim, self.n_actions, c.hidden, c.activation, c.recurrent))
         else:
             if not isinstance(action_space, gym.spaces.Discrete):
                 raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
             obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
-            net_input = network_input(c.encoder, obs_space, obs_dim)
+        net_input = network_input(c.encoder, obs_space, obs_dim)
+        if self.recurrent:
+            if c.shared_trunk:
+                raise ValueError(f"{name}: recurrent has one trunk and core for both heads already; leave shared_trunk false")
+            width = self.action_dim if self.continuous else self.n_actions
+            self.net = seeded_init(seed, lambda: RecurrentActorCritic(net_input, width, c.hidden, c.activation, c.recurrent,
+                                                                      continuous=self.continuous))
+        elif self.continuous:
+            self.net = seeded_init(seed, lambda: GaussianActorCritic(net_input, self.action_dim, c.hidden, c.activation))
+        else:
             self.net = seeded_init(seed, lambda: ActorCritic(net_input, self.n_actions, c.hidden, c.activation, c.shared_trunk))
         if c.normalize_obs and not isinstance(obs_dim, int):
             raise ValueError(f"{name}: normalize_obs is for flat Box observations, not images")
@@ -93,13 +94,19 @@ class SegmentActorCritic:
         return np.zeros((num_envs, self.net.state_size), dtype=np.float32) if self.recurrent else None
 
     def act_recurrent(self, obs: np.ndarray, state: np.ndarray, explore: dict) -> tuple[np.ndarray, dict, np.ndarray]:
-        """``act`` of a recurrent policy from ``state`` (N, S); also returns the state after."""
+        """``act`` of a recurrent policy from ``state`` (N, S); also returns the state after. Box
+        actions are sampled as ``act`` samples them (the extra ``logprob`` a log-density)."""
+        greedy = explore.get("greedy", False)
+        device = self.net.actor_head.weight.device
         with torch.no_grad():
-            feats, new_state = self.net.step(torch.as_tensor(self._obs(obs), dtype=torch.float32),
-                                             torch.as_tensor(state, dtype=torch.float32))
-            logits = self.net.logits(feats).numpy()
-        actions, logp = sample_categorical(logits, self.rng, explore.get("greedy", False))
-        return actions, {"logprob": logp}, new_state.numpy()
+            feats, new_state = self.net.step(torch.as_tensor(frames(self._obs(obs)[None])[0]).to(device),
+                                             torch.as_tensor(state, dtype=torch.float32).to(device))
+            if self.continuous:
+                mean, logstd = self.net.mean(feats).cpu().numpy(), self.net.actor_logstd.cpu().numpy()
+                actions, logp = sample_gaussian(mean, logstd, self.rng, greedy)
+            else:
+                actions, logp = sample_categorical(self.net.logits(feats).cpu().numpy(), self.rng, greedy)
+        return actions, {"logprob": logp}, new_state.cpu().numpy()
 
     def env_action(self, actions: np.ndarray) -> np.ndarray:
         """Box actions clipped to the bounds (CleanRL's ClipAction); Discrete ones unchanged."""
