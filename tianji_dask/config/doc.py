@@ -142,16 +142,20 @@ def render() -> str:
             lines += [f"`name` is one of {names}, or `'module:Class'` naming your own subclass of `tianji_dask.Algorithm` "
                       "([extending.md](extending.md)); `config` holds that algorithm's fields, each optional.", ""]
         lines += [*_table(model, links), ""]
-    nested = {}  # models inside an algorithm's config (e.g. PPO's recurrent), each a section of its own
+    # models inside an algorithm's config (e.g. the recurrent core), each a section of its own, whose
+    # heading names every algorithm field that takes it (PPO's and IMPALA's recurrent share one)
+    nested: dict = {}
     for name, algo_cls in sorted(registry.items()):
         for model, path in _models(algo_cls.Config, f"algo.config: {name}", {}).items():
-            if model is not algo_cls.Config and model not in links:
-                links[model] = nested[model] = path
+            if model is not algo_cls.Config and (model in nested or model not in links):
+                nested.setdefault(model, []).append(path.removeprefix("algo.config: "))
+    for model, paths in nested.items():
+        links[model] = "algo.config: " + ", ".join(paths)
     for name, algo_cls in sorted(registry.items()):
         cfg = algo_cls.Config
         lines += [f"## algo.config: {name}", "", *_doc(cfg), *_table(cfg, links), ""]
-    for model, path in nested.items():
-        lines += [f"## {path}", "", *_doc(model), *_table(model, links), ""]
+    for model in nested:
+        lines += [f"## {links[model]}", "", *_doc(model), *_table(model, links), ""]
     return "\n".join(lines)
 
 
