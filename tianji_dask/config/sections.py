@@ -277,6 +277,10 @@ class ClusterConfig(StrictModel):
     jobqueue: JobQueueConfig = Field(default_factory=JobQueueConfig, description="for kind slurm or pbs")
     security: Literal["none", "temporary"] | TLSFiles = Field(
         "none", description="none; temporary (self-signed TLS for an embedded cluster); or certificate files for tls://")
+    learner_lifetime: str | None = Field(
+        None, description="each learner's worker (a batch job, or the embedded cluster's learner process) is replaced "
+        "after this long (e.g. 55m, below jobqueue.walltime): the learner checkpoints, hands its unconsumed chunks' "
+        "credits back, and a learner on a fresh worker goes on from that checkpoint; null: never")
 
     @field_validator("address")
     @classmethod
@@ -296,4 +300,34 @@ class ClusterConfig(StrictModel):
             raise ValueError("kind 'address' needs address: tcp://HOST:PORT")
         if self.kind == "address" and self.security == "temporary":
             raise ValueError("security 'temporary' only works for a cluster started here; give certificate files")
+        if self.learner_lifetime is not None:
+            lifetime = duration_s(self.learner_lifetime, "learner_lifetime")
+            if self.kind == "address":
+                raise ValueError("learner_lifetime: a handoff needs a fresh learner worker, which only a cluster the run "
+                                 "starts gives (kind local, slurm or pbs)")
+            if self.kind in ("slurm", "pbs") and lifetime >= walltime_s(self.jobqueue.walltime):
+                raise ValueError(f"learner_lifetime ({self.learner_lifetime}) must be below jobqueue.walltime "
+                                 f"({self.jobqueue.walltime}), with room for a checkpoint")
         return self
+
+
+def duration_s(text: str, field: str) -> float:
+    """Seconds of a duration as dask writes them (``90s``, ``55m``, ``1h``, a number of seconds);
+    ValueError naming ``field`` otherwise."""
+    from dask.utils import parse_timedelta
+
+    try:
+        seconds = parse_timedelta(text, default="s")
+    except (ValueError, KeyError, TypeError):
+        seconds = None
+    if not seconds or seconds <= 0:
+        raise ValueError(f"{field}: not a positive duration ({text!r}); allowed: e.g. 90s, 55m, 1h")
+    return float(seconds)
+
+
+def walltime_s(text: str) -> float:
+    """Seconds of a batch walltime, ``[D-]HH:MM:SS`` or ``MM:SS`` or minutes."""
+    days, _, clock = text.rpartition("-")
+    parts = [float(x) for x in clock.split(":")]
+    seconds = {1: lambda p: p[0] * 60, 2: lambda p: p[0] * 60 + p[1], 3: lambda p: p[0] * 3600 + p[1] * 60 + p[2]}
+    return (float(days) * 86400 if days else 0.0) + seconds[min(len(parts), 3)](parts)

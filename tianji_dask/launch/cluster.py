@@ -25,6 +25,32 @@ class Opened:
     learner_jobs: list = field(default_factory=list)
     start_timeout: float = 60
     dashboard_later: bool = False  # a local cluster whose dashboard serve_dashboard builds
+    learner_job: dict | None = None  # a batch cluster's learner job settings (jobqueue_job's overrides)
+
+    @property
+    def starts_learners(self) -> bool:
+        """This run can start a fresh learner worker: a cluster it started."""
+        return self.cluster is not None
+
+    def start_learner(self, name: str) -> None:
+        """Start a fresh LEARNER worker named ``name``: a batch job (submitted, not waited for),
+        or a worker process of the embedded cluster (started)."""
+        if self.learner_job is not None:
+            job = dask_internals.jobqueue_job(self.cluster, name, **self.learner_job)
+            self.cluster.sync(job.start)
+            self.learner_jobs.append(job)
+        else:
+            add_learner_worker(self.cluster, name)
+
+    def retire_learner(self, name: str) -> None:
+        """End the LEARNER worker named ``name`` (its job cancelled, or its process closed)."""
+        if self.learner_job is not None:
+            for job in [j for j in self.learner_jobs if j.name == name]:
+                self.learner_jobs.remove(job)
+                self.cluster.sync(job.close)
+        elif name in self.cluster.worker_spec:
+            del self.cluster.worker_spec[name]
+            self.cluster.sync(self.cluster._correct_state)  # SpecCluster closes the workers it no longer names
 
     def serve_dashboard(self) -> None:
         if self.dashboard_later:
@@ -53,7 +79,8 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
     if kind in ("slurm", "pbs"):
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
                                          security, learners=learners, explorer_threads=explorer_threads)
-        return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout)
+        return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout,
+                      learner_job=learner_job_settings(cluster_config.jobqueue))
     later = cluster_config.dashboard_address is not None
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
                             explorer_threads=explorer_threads, dashboard_later=later)
@@ -240,11 +267,7 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
             job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
             **common,
         )
-    learner_job = {
-        "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
-        "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0"],
-        "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,
-    }
+    learner_job = learner_job_settings(jq)
     learner_jobs = []
     for i in range(learners):
         job = dask_internals.jobqueue_job(cluster, f"tianji-learner-{i}", **learner_job)
@@ -252,6 +275,27 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
         learner_jobs.append(job)
     cluster.adapt(minimum_jobs=jq.minimum_jobs, maximum_jobs=jq.maximum_jobs or explorers)
     return cluster, learner_jobs
+
+
+def learner_job_settings(jq) -> dict:
+    """What a learner's batch job differs in from an explorer's: its cores, memory and
+    directives, the LEARNER resource, and the preload that turns the batch system's SIGTERM into
+    a handoff (``launch.preemption``)."""
+    return {
+        "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
+        "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0",
+                              "--preload", "tianji_dask.launch.preemption"],
+        "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,
+    }
+
+
+def add_learner_worker(cluster, name: str) -> None:
+    """One more LEARNER worker process in an embedded cluster, made as ``local_cluster`` makes its first."""
+    from tianji_dask.launch import forkserver
+
+    first = next(spec for spec in cluster.worker_spec.values() if spec["options"].get("resources", {}).get(LEARNER))
+    with forkserver.ignoring(signal.SIGINT), dask.config.set(forkserver.left_out_config()):
+        dask_internals.add_workers(cluster, {name: copy.deepcopy(first)})
 
 
 def stop_active_memory_manager(client: Client) -> None:

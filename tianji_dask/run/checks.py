@@ -50,6 +50,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
             raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
                                 "tianji_dask does not install it")
     _check_device(p, algo, has_client)
+    _check_handoff(p, has_client)
     progress = algo.replay_progress()
     if isinstance(c.replay_ratio, tuple) and progress is None:
         raise PipelineError(f"controller.replay_ratio: {p.algo.label} does not replay; remove replay_ratio")
@@ -100,6 +101,24 @@ def _spaces(p: Pipeline):
         if theirs != spaces:
             raise PipelineError(f"env.explorer_kwargs: explorer {eid}'s env has other spaces than the rest ({theirs})")
     return spaces
+
+
+def _check_handoff(p: Pipeline, has_client: bool) -> None:
+    """A learner lifetime needs a cluster the run starts (it adds the fresh learner worker) and
+    checkpoints (the fresh learner goes on from one)."""
+    if p.cluster.learner_lifetime is None:
+        return
+    why = None
+    if p.mode == "single":
+        why = "single mode has no learner worker to replace"
+    elif has_client:
+        why = "a handoff needs a fresh learner worker, which only a cluster the run starts gives (no client)"
+    elif p.groups > 1:
+        why = "not with groups > 1 yet (the reducer lives on the first learner's worker)"
+    elif not p.checkpoint.enabled:
+        why = "the fresh learner goes on from a checkpoint; set checkpoint.enabled: true"
+    if why is not None:
+        raise PipelineError(f"cluster.learner_lifetime: {why}")
 
 
 def _check_device(p: Pipeline, algo, has_client: bool) -> None:

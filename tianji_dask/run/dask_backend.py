@@ -1,6 +1,7 @@
 """A run on a Dask cluster: open the cluster (unless given one), install the controller and the
 explorers' env pool, build one learner actor per group, keep them alive (a learner whose worker
-was lost is rebuilt from its checkpoint), and read the cluster's own figures at the end."""
+was lost is rebuilt from its checkpoint; one whose worker reaches its lifetime, or is preempted,
+hands off to a learner on a fresh worker), and read the cluster's own figures at the end."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tianji_dask.run.backend import Backend, RunPlan
 
 REBUILD_ATTEMPTS = 3
 REBUILD_WAIT_S = 120
+HANDOFF_LEAD_S = 30.0  # a fresh learner worker is started this long before a learner's handoff
 
 
 def named_modules(p) -> dict[str, str]:
@@ -60,8 +62,13 @@ class DaskBackend(Backend):
         self.client = client
         self.cluster = None
         self.startup = {}
-        #: learners rebuilt after their worker was lost: when, which group, why, from which checkpoint
+        #: learners rebuilt: after their worker was lost (cause "lost": when, which group, why, from
+        #: which checkpoint), or handed off (cause "lifetime" or "preempted": also when the old one
+        #: stopped, the chunks lost with it, and the seconds to the new one's first update)
         self.restarts: list[dict] = []
+        self._learner_names: list = []  # each group's learner worker, by name
+        self._successors: dict[int, str] = {}  # group -> the fresh learner worker started for its handoff
+        self._fresh = 0  # fresh learner workers started
         self._opened = None  # the cluster this backend started for itself (launch.cluster.Opened)
         self._learners: list = []
         self._reducer = None  # group mode: the Reducer actor
@@ -116,6 +123,7 @@ class DaskBackend(Backend):
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
             raise
+        self._learner_names = [self._worker_name(learner._address) for learner in self._learners]
         if not plan.shares_cluster:
             self._cpu0 = accounting.cpu_seconds(client)
         if self._opened is not None:
@@ -133,15 +141,17 @@ class DaskBackend(Backend):
                                   reducer_address=self._reducer_address, rebuilt=rebuilt,
                                   explorer_hosts=plan.explorer_hosts)
 
-    def _submit_learner(self, spec, group: int, attempt: int = 0):
-        """The learner actor of ``group``; with several groups each on its own LEARNER worker
-        while there are enough of them (an actor does not hold its worker's resource)."""
+    def _submit_learner(self, spec, group: int, attempt: int = 0, workers: list[str] | None = None):
+        """The learner actor of ``group`` (on ``workers`` when given); with several groups each on
+        its own LEARNER worker while there are enough of them (an actor does not hold its worker's
+        resource)."""
         from tianji_dask.dataflow.learner.actor import Learner
 
         groups, run_id = self.plan.pipeline.groups, self.plan.run_id
         key = f"tianji-learner-{run_id}" + (f"-g{group}" if groups > 1 else "") + (f"-r{attempt}" if attempt else "")
-        workers = None
-        if self.plan.learner_worker is not None:
+        if workers is not None:
+            pass
+        elif self.plan.learner_worker is not None:
             workers = [self.plan.learner_worker]
         elif groups > 1:
             homes = learner_workers(self.client)
@@ -161,7 +171,71 @@ class DaskBackend(Backend):
         except Exception as err:  # noqa: BLE001 - the learner's worker is gone
             self._rebuild_learner(err, group)
             return None
+        now = time.time()
+        for group, status in enumerate(statuses):
+            self._note_first_update(group, status)
+            if status.get("handoff"):
+                self._hand_off(group, status["handoff"])
+                return None
+            at = status.get("handoff_at")
+            if at is not None and group not in self._successors and not status.get("done") and now >= at - self._lead_s():
+                self._successors[group] = self._start_fresh_learner()  # ready when the handoff comes
         return statuses
+
+    # ---- handoffs -----------------------------------------------------------------------------
+    def _hand_off(self, group: int, handoff: dict) -> None:
+        """A learner stopped for a handoff (its worker's lifetime, or a preemption) and wrote a
+        checkpoint: build its successor from it on a fresh learner worker, then end the old one."""
+        name = self._successors.pop(group, None) or self._start_fresh_learner()
+        address = self._worker_named(name)
+        spec = self._learner_spec(group, rebuilt=True, keep_t_run_start=self.t_run_start, resume_from=handoff["checkpoint"])
+        entry = {"t": time.time(), "group": group, "cause": handoff["cause"], "checkpoint": handoff["checkpoint"],
+                 "version": handoff["version"], "t_expiry": handoff["t_expiry"], "chunks_lost": handoff["chunks_lost"],
+                 "worker": handoff["worker"], "new_worker": address, "next_update_s": None}
+        self.restarts.append(entry)
+        self._learners[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=[address]).result()
+        old, self._learner_names[group] = self._learner_names[group], name
+        self._opened.retire_learner(old)
+
+    def _note_first_update(self, group: int, status: dict) -> None:
+        """Seconds from a handoff's expiry to the successor's first update, once it has made one."""
+        if status.get("first_update_t") is None:
+            return
+        for entry in reversed(self.restarts):
+            if entry["group"] == group:
+                if entry.get("next_update_s", 0) is None:
+                    entry["next_update_s"] = status["first_update_t"] - entry["t_expiry"]
+                return
+
+    def _lead_s(self) -> float:
+        """How long before a handoff its fresh worker starts: a batch job's walltime runs from its
+        start, so a quarter of the lifetime at most (the successor's own lifetime stays long)."""
+        from tianji_dask.config.sections import duration_s
+
+        return min(HANDOFF_LEAD_S, duration_s(self.plan.pipeline.cluster.learner_lifetime, "learner_lifetime") / 4)
+
+    def _start_fresh_learner(self) -> str:
+        """Start a fresh LEARNER worker (a batch job, or an embedded worker process); its name."""
+        self._fresh += 1
+        name = f"tianji-learner-n{self._fresh}"
+        self._opened.start_learner(name)
+        return name
+
+    def _worker_named(self, name: str) -> str:
+        timeout = max(REBUILD_WAIT_S, self._opened.start_timeout)
+        deadline = time.time() + timeout
+        while True:
+            for address, w in self.client.scheduler_info(n_workers=-1)["workers"].items():
+                if str(w.get("name")) == name:
+                    return address
+            if time.time() > deadline:
+                raise RunFault(f"learner: the fresh learner worker {name} did not start within {timeout:.0f}s; "
+                               f"`tianji-dask resume {self.plan.out}` continues from the newest checkpoint")
+            time.sleep(0.2)
+
+    def _worker_name(self, address: str) -> str | None:
+        worker = self.client.scheduler_info(n_workers=-1)["workers"].get(address)
+        return None if worker is None else str(worker.get("name"))
 
     def _rebuild_learner(self, err: Exception, group: int = 0) -> None:
         """A learner's worker was lost: rebuild that learner from its newest checkpoint (lost
@@ -172,22 +246,30 @@ class DaskBackend(Backend):
         from tianji_dask.launch.cluster import check_roles
 
         out = self.plan.out
-        if len(self.restarts) >= REBUILD_ATTEMPTS:
-            raise RunFault(f"learner: lost {len(self.restarts) + 1} times, giving up (last: {err}); "
+        lost = sum(entry["cause"] == "lost" for entry in self.restarts)
+        if lost >= REBUILD_ATTEMPTS:
+            raise RunFault(f"learner: lost {lost + 1} times, giving up (last: {err}); "
                            f"`tianji-dask resume {out}` continues from the newest checkpoint") from None
         try:
             path = checkpoint.newest_loadable(specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group])[0]
         except checkpoint.CheckpointError:
             path = None  # lost before its first checkpoint: it starts over (from the one this run resumed, if any)
+        workers = None
+        if self._opened is not None and self._opened.learner_job is not None:
+            # a batch job that ended (preempted, at its walltime) does not come back: a fresh one
+            name = self._successors.pop(group, None) or self._start_fresh_learner()
+            workers = [self._worker_named(name)]
+            old, self._learner_names[group] = self._learner_names[group], name
+            self._opened.retire_learner(old)
         check_roles(self.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)
         # the crash's lost time counts: the rebuilt learner keeps the run's start
         changes = {"keep_t_run_start": self.t_run_start}
         if path is not None:
             changes["resume_from"] = str(path.resolve())
         spec = self._learner_spec(group, rebuilt=True, **changes)
-        self.restarts.append({"t": time.time(), "group": group, "error": str(err)[:500],
+        self.restarts.append({"t": time.time(), "group": group, "cause": "lost", "error": str(err)[:500],
                               "checkpoint": None if path is None else str(path)})
-        self._learners[group] = self._submit_learner(spec, group, attempt=len(self.restarts)).result()
+        self._learners[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=workers).result()
 
     def stop(self) -> None:
         for learner in self._learners:
@@ -219,12 +301,14 @@ class DaskBackend(Backend):
         figures: dict = {"learner_restarts": self.restarts}
         if self.plan.shares_cluster:
             figures["controller"] = self._controller_final()
+            figures["chunk_accounting"] = chunk_accounting(figures["controller"])
             figures["cluster_shared"] = True
             return figures
         cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
         figures["explorer_memory"] = accounting.explorer_memory(
             self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
         figures["controller"] = self._controller_final()
+        figures["chunk_accounting"] = chunk_accounting(figures["controller"])
         figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
         figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
@@ -262,6 +346,18 @@ class DaskBackend(Backend):
                 self.client.unregister_worker_plugin(pool_name(self.plan.run_id))
         except Exception:  # noqa: BLE001
             pass
+
+
+def chunk_accounting(state: dict) -> dict:
+    """Every credit the controller granted, group by group summed: consumed (once each), or
+    returned unconsumed (lost, cancelled, never submitted), or still out; ``balanced`` when none
+    is out and each consumed chunk was one credited key."""
+    books = state.get("groups", [state])
+    granted = sum(b["credits_granted"] for b in books)
+    returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
+    consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
+    return {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
+            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
 
 
 def register_worker_plugin(client, name: str, plugin) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tianji_dask.callbacks.runner import CallbackPlan
 from tianji_dask.config import Pipeline
+from tianji_dask.config.sections import duration_s
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.learner.spec import EvalSpec, FusionSpec, LearnerSpec
@@ -89,6 +90,7 @@ def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str
         eval=None if p.eval is None else EvalSpec(p.eval.every_s, p.eval.every_versions, p.eval.episodes,
                                                   p.eval.deterministic, seed=p.seed + EVAL_SEED_OFFSET),
         explorer_hosts=explorer_hosts,
+        lifetime_s=None if p.cluster.learner_lifetime is None else duration_s(p.cluster.learner_lifetime, "learner_lifetime"),
     )
 
 

@@ -28,12 +28,20 @@ from tianji_dask.dataflow.learner.stream import ExplorerStream
 from tianji_dask.dataflow.learner.weights import WeightsPublisher
 
 
+def worker_started() -> float:
+    """When this worker's process started (unix s)."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
 class Learner:
     def __init__(self, spec: LearnerSpec):
         worker = get_worker()
         client = get_client()  # background threads have no worker context: capture it here
         sys.setswitchinterval(0.001)  # a Python-heavy learner thread otherwise slows the worker's comms
         self.spec = spec
+        self._worker_address = worker.address
         self.core = core = LearnerCore(spec.core)
         self.admission = AdmissionClient(client, run_id=spec.run_id, group=spec.group, law=spec.law,
                                          learner_address=worker.address, chunk_env_steps=spec.chunk_env_steps,
@@ -67,6 +75,10 @@ class Learner:
         if spec.eval is not None:
             self.loop.evaluation = EvalClient(client, spec.eval, run_id=spec.run_id, tag=spec.tag,
                                               hosts=spec.explorer_hosts)
+        if spec.lifetime_s is not None:  # counted from the worker's start: a batch job's walltime runs from there
+            self.loop.handoff_at = worker_started() + spec.lifetime_s
+        self._handoff: dict | None = None  # what a handoff left, once the learner has stopped for it
+        self._handoff_asked = False
         self._cpu = CpuClock()
         self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
         self._thread.start()
@@ -90,6 +102,20 @@ class Learner:
     async def stop(self) -> None:
         self._stop.set()
 
+    async def hand_off_now(self) -> bool:
+        """Hand off at once (the worker is being preempted): no drain, a checkpoint, then stop.
+        False when the learner has no handoff to make (it does not checkpoint, or it has ended)."""
+        if self.core.checkpointer.settings is None or self._final is not None:
+            return False
+        self.loop.handoff_at = time.time()
+        self._handoff_asked = True
+        return True
+
+    @property
+    def handing_off(self) -> bool:
+        """A handoff was asked for (``hand_off_now``) and the learner has not ended yet."""
+        return self._handoff_asked and self._final is None
+
     async def final(self) -> dict | None:
         """Results, episodes and chunk rows once the run has ended; None before."""
         return self._final
@@ -97,6 +123,9 @@ class Learner:
     # ---- background thread --------------------------------------------------------------
     def _set_status(self, status: dict) -> None:
         status["done"] = self._final is not None
+        status["handoff"] = self._handoff
+        status["handoff_at"] = self.loop.handoff_at
+        status["first_update_t"] = self.loop.first_update_t
         self._status = status
 
     def _main(self) -> None:
@@ -115,6 +144,10 @@ class Learner:
         final = core.finish(extras, final_status=lambda _: self._status)
         self.stream.close()
         self.publisher.close()
+        handoff, path = self.loop.handoff, core.checkpointer.last_path
+        if handoff is not None and core.error is None and path is not None:  # the loop's end wrote that checkpoint
+            self._handoff = {**handoff, "checkpoint": str(path), "worker": self._worker_address,
+                             "cause": "preempted" if self._handoff_asked else "lifetime"}
         self._final = final.as_dict()
         self._set_status(self.loop.status(time.time()))
         if self._ended is not None:

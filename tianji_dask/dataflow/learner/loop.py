@@ -17,6 +17,8 @@ STATUS_EVERY_S = 0.2
 REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
 LEARNER_STATUS_EVERY_S = 0.5  # the learner's figures reach the scheduler (dashboard, metrics) this often
 WAIT_S = 1.0  # the longest the learner blocks on arrivals before it checks its stop rules and explorers
+#: this long before its handoff a learner asks for no more chunks and takes in those still out
+HANDOFF_DRAIN_S = 5.0
 
 
 class Loop:
@@ -38,12 +40,31 @@ class Loop:
         self._last_sent_status = 0.0
         self._last_status = 0.0
         self.evaluation = None  # an ``EvalClient`` when the pipeline evaluates during training
+        #: when this learner hands off to one on a fresh worker (unix s; None: never)
+        self.handoff_at: float | None = None
+        #: set when the loop ended for a handoff: when it stopped, and the chunks that went with it
+        self.handoff: dict | None = None
+        self.first_update_t: float | None = None  # when this learner made its first update
 
     def run(self) -> None:
         self._publish(wait=True)
         while not self._stop.is_set() and self.core.stop_reason() is None:
+            if self._expired():
+                self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
+                break
             self.step()
         self.drain()
+
+    def _draining(self, now: float) -> bool:
+        """Its handoff is near: no more chunks are asked for."""
+        return self.handoff_at is not None and now >= self.handoff_at - HANDOFF_DRAIN_S
+
+    def _expired(self) -> bool:
+        """Time to hand off: the deadline has come, or the drain has taken in every chunk out."""
+        if self.handoff_at is None:
+            return False
+        now = time.time()
+        return now >= self.handoff_at or (self._draining(now) and not self.stream.in_flight and not self.admission.waiting)
 
     def step(self) -> None:
         """One pass: take what has arrived, consume it, ask for more work, train (the strategy's order)."""
@@ -95,6 +116,8 @@ class Loop:
 
     def _ask(self, n_want: int, now: float) -> None:
         """Report what was consumed and ask credits for ``n_want`` chunks, in one request."""
+        if self._draining(now):
+            n_want = 0  # a handoff is near: what is out comes in, nothing new goes out
         if n_want and not self.publisher.inline and (
                 self._publish_due() or (self.weights_each_round and self.publisher.version != self.core.version)):
             # scattered weights start on their way while the controller answers (inline ones are
@@ -145,6 +168,8 @@ class Loop:
 
     def _learn_once(self) -> None:
         self.core.learn_once()
+        if self.first_update_t is None:
+            self.first_update_t = time.time()
         if self.fusion is not None:
             self.fusion.updated()
             with self.timed("fuse"):
@@ -183,19 +208,24 @@ class Loop:
             self.evaluation.submit(newest.weights, newest.version, self.core.version, now)
 
     def drain(self) -> None:
-        """Report what was consumed; cancel what is still out (its credits come back when forgotten)."""
+        """Report what was consumed; cancel what is still out (its credits come back when forgotten).
+        At a handoff, the chunks that go this way are counted in ``handoff``."""
+        when = "at stop" if self.handoff is None else "at handoff"
+        lost0 = len(self.core.ledger.lost)
         if self.admission.waiting:
             self._take_reply()  # what it grants is submitted, then cancelled below
         self.admission.final(consumed=self._consumed, version=self.core.version, progress=self._progress(),
                              status=self._learner_status(time.time()))
         self._consumed, self._held = [], []
         for arrival in self._pending:
-            self.core.record_lost(arrival.key, arrival.stream, "received, not trained on at stop")
+            self.core.record_lost(arrival.key, arrival.stream, f"received, not trained on {when}")
         self._pending.clear()
         for key, stream in self.stream.cancel_all():
-            self.core.record_lost(key, stream, "cancelled at stop")
+            self.core.record_lost(key, stream, f"cancelled {when}")
         if self.evaluation is not None:
             self.evaluation.cancel()
+        if self.handoff is not None:
+            self.handoff["chunks_lost"] = len(self.core.ledger.lost) - lost0
 
     # ---- reading --------------------------------------------------------------------------
     def _progress(self) -> Progress | None:

@@ -37,7 +37,9 @@ class LearnerSpec:
     ``inline_weights_max_bytes``: weights at most this big travel inside each task (None:
     always scattered). ``rebuilt``: this learner replaces one whose worker was lost.
     ``explorer_hosts``: the explorer workers this learner's streams and evaluations may run on
-    (None: every EXPLORER worker); runs sharing a cluster each get their own."""
+    (None: every EXPLORER worker); runs sharing a cluster each get their own. ``lifetime_s``:
+    seconds after its worker process started at which the learner hands off (checkpoint, credits
+    back, stop) so that the run goes on on a fresh worker; None: never."""
 
     run_id: str
     mode: str
@@ -57,6 +59,7 @@ class LearnerSpec:
     rebuilt: bool = False
     eval: EvalSpec | None = None
     explorer_hosts: tuple[str, ...] | None = None
+    lifetime_s: float | None = None
 
     @property
     def tag(self) -> str:
