@@ -188,7 +188,9 @@ class DaskBackend(Backend):
         checkpoint: build its successor from it on a fresh learner worker, then end the old one."""
         name = self._successors.pop(group, None) or self._start_fresh_learner()
         address = self._worker_named(name)
-        spec = self._learner_spec(group, rebuilt=True, keep_t_run_start=self.t_run_start, resume_from=handoff["checkpoint"])
+        # the run's clock goes on as the old learner kept it, the handoff's gap counted
+        spec = self._learner_spec(group, rebuilt=True, keep_t_run_start=handoff["t_run_start"],
+                                  resume_from=handoff["checkpoint"])
         entry = {"t": time.time(), "group": group, "cause": handoff["cause"], "checkpoint": handoff["checkpoint"],
                  "version": handoff["version"], "t_expiry": handoff["t_expiry"], "chunks_lost": handoff["chunks_lost"],
                  "worker": handoff["worker"], "new_worker": address, "next_update_s": None}

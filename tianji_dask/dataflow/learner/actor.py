@@ -147,7 +147,7 @@ class Learner:
         handoff, path = self.loop.handoff, core.checkpointer.last_path
         if handoff is not None and core.error is None and path is not None:  # the loop's end wrote that checkpoint
             self._handoff = {**handoff, "checkpoint": str(path), "worker": self._worker_address,
-                             "cause": "preempted" if self._handoff_asked else "lifetime"}
+                             "cause": "preempted" if self._handoff_asked else "lifetime", "t_run_start": core.t_run_start}
         self._final = final.as_dict()
         self._set_status(self.loop.status(time.time()))
         if self._ended is not None:
