@@ -184,11 +184,9 @@ def linear_sac(**cfg) -> SAC:
     algo = SAC(OBS, BOX, SACConfig(hidden=(), **cfg), seed=0)
     set_linear(algo.actor.mean_head, [[0.5, -1.0, 0.0], [0.0, 1.0, 0.5]], [0.1, 0.0])
     set_linear(algo.actor.logstd_head, [[0.2, 0.0, -0.3], [0.0, -0.4, 0.1]], [0.0, 0.5])
+    for q, w in ((algo.qf1, 1.0), (algo.qf2, -0.5), (algo.qf1_target, 0.8), (algo.qf2_target, 0.3)):
+        set_linear(q.head, [[w, 0.5, -w, 1.0, w * 0.5]], [w])
     with torch.no_grad():
-        for net, member, w in ((algo.critic, 0, 1.0), (algo.critic, 1, -0.5), (algo.critic_target, 0, 0.8),
-                               (algo.critic_target, 1, 0.3)):  # the twin Q networks' heads, one slice each
-            net.weights[-1][member].copy_(torch.tensor([[w, 0.5, -w, 1.0, w * 0.5]]))
-            net.biases[-1][member].fill_(w)
         algo.temperature.log_alpha.fill_(math.log(0.5))
     return algo
 
@@ -268,10 +266,10 @@ def test_tanh_correction_matches_torch_transformed_distribution():
 def test_sac_polyak_update_and_delayed_actor_steps():
     algo = SAC(OBS, BOX, SACConfig(hidden=(8,), learning_starts=10, batch_size=8, tau=0.25, policy_frequency=2), seed=0)
     algo.ingest(box_chunk(T=10, N=2, seed=1), staleness=0)
-    old = [p.clone() for p in algo.critic_target.parameters()]
+    old = [p.clone() for p in algo.qf1_target.parameters()]
     actor_before = [p.clone() for p in algo.actor.parameters()]
     algo.learn()  # update 0: critic, then two actor steps
-    for t, o, q in zip(algo.critic_target.parameters(), old, algo.critic.parameters()):
+    for t, o, q in zip(algo.qf1_target.parameters(), old, algo.qf1.parameters()):
         torch.testing.assert_close(t, 0.75 * o + 0.25 * q)
     assert algo.actor_optimizer.steps == 2 and algo.alpha_optimizer.steps == 2 and algo.q_optimizer.steps == 1
     assert any(not torch.equal(p, q) for p, q in zip(actor_before, algo.actor.parameters()))

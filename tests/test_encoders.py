@@ -5,7 +5,6 @@ bad spec is one line."""
 
 from __future__ import annotations
 
-import functools
 import pickle
 
 import gymnasium as gym
@@ -31,17 +30,12 @@ ENCODERS = {
     "dqn": {"q": ["encoder"], "target": ["encoder"]},
     "ppo": {"net": ["actor_encoder", "critic_encoder"]},
     "impala": {"net": ["actor_encoder", "critic_encoder"]},
-    "sac": {"actor": ["encoder"], **{name: ["encoders.0", "encoders.1"] for name in ("critic", "critic_target")}},
+    "sac": {name: ["encoder"] for name in ("actor", "qf1", "qf2", "qf1_target", "qf2_target")},
 }
 SMALL = {"dqn": {"learning_starts": 16, "batch_size": 8, "buffer_size": 256},
          "sac": {"learning_starts": 16, "batch_size": 8, "buffer_size": 256, "hidden": (16,)},
          "ppo": {"num_minibatches": 2}, "impala": {}}
 GREEDY = {"epsilon": 0.0, "greedy": True}
-
-
-def attribute(net, path: str):
-    """``net``'s attribute at a dotted ``path`` ("encoders.0": a ModuleList's first)."""
-    return functools.reduce(getattr, path.split("."), net)
 
 
 def breakout_spaces():
@@ -124,7 +118,7 @@ def test_every_network_gets_its_own_instance_of_the_factorys_module_and_publishe
     for net_name, attrs in ENCODERS[case[0]].items():
         net = getattr(algo, net_name)
         for attr in attrs:
-            enc = attribute(net, attr)
+            enc = getattr(net, attr)
             if attr == "critic_encoder" and case[4].get("shared_trunk"):
                 assert enc is None  # the critic reads the actor's features
                 continue
@@ -143,7 +137,7 @@ def test_every_network_gets_its_own_instance_of_the_factorys_module_and_publishe
     state = algo.model_state()
     for net_name, attrs in ENCODERS[case[0]].items():
         for attr in attrs:
-            if attribute(getattr(algo, net_name), attr) is not None:
+            if getattr(getattr(algo, net_name), attr) is not None:
                 assert any(k.startswith(f"{net_name}.{attr}.module.") for k in state)
 
 

@@ -1,21 +1,18 @@
 """SAC (Haarnoja et al. 2018) for Box actions, following CleanRL's sac_continuous_action.py: twin
-Q networks (evaluated together as one stacked module, ``twin.py``) with Polyak-averaged target
-copies, a tanh-squashed Gaussian actor with a state-dependent log-std, automatic entropy tuning,
-and actor updates delayed to every ``policy_frequency`` critic updates.
+Q networks with Polyak-averaged target copies, a tanh-squashed Gaussian actor with a
+state-dependent log-std, automatic entropy tuning, and actor updates delayed to every
+``policy_frequency`` critic updates.
 
 Actions are stored and learnt on in [-1, 1] (the squashed sample); ``env_action`` rescales them
 to the Box's bounds. Replay and pacing are DQN's: n-step transitions in a ``ReplayBuffer``, and
 once it holds ``learning_starts`` transitions every env step ingested allows
 ``updates_per_env_step`` updates (one ``learn()`` each). Before ``learning_starts`` env steps,
 explorers act uniformly at random.
-
-``learn()`` reads its metrics back from the device once, at its end.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import numpy as np
 import torch
@@ -25,7 +22,11 @@ from torch import nn
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec, network_input
-from tianji_dask.algos.gaussian import SquashedGaussianActor, check_box_spaces
+from tianji_dask.algos.gaussian import (
+    SoftQNetwork,
+    SquashedGaussianActor,
+    check_box_spaces,
+)
 from tianji_dask.algos.models import (
     Adam,
     clip_grad_norm,
@@ -36,7 +37,6 @@ from tianji_dask.algos.models import (
 )
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
 from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
-from tianji_dask.algos.twin import TwinQNetwork
 
 
 class SACConfig(AlgoConfig):
@@ -84,14 +84,6 @@ class SACConfig(AlgoConfig):
     encoder: EncoderSpec = None
 
 
-def host_floats(values: dict[str, torch.Tensor | float]) -> dict[str, float]:
-    """``values`` as Python floats, in their order; the (one-element) tensors among them read back
-    from their device together, in one transfer, rather than one sync each."""
-    keys = [k for k, v in values.items() if isinstance(v, torch.Tensor)]
-    read = dict(zip(keys, torch.stack([values[k].detach().reshape(()) for k in keys]).tolist())) if keys else {}
-    return {k: read[k] if k in read else float(v) for k, v in values.items()}
-
-
 class Temperature(nn.Module):
     """log(alpha), learnt when autotune is on (CleanRL starts it at 0)."""
 
@@ -129,10 +121,16 @@ class SAC(ReplayPacing, Algorithm):
         self.target_entropy = -float(self.action_dim)
 
         def build():
-            return SquashedGaussianActor(obs_dim, self.action_dim, c.hidden), TwinQNetwork(obs_dim, self.action_dim, c.hidden)
+            actor = SquashedGaussianActor(obs_dim, self.action_dim, c.hidden)
+            qs = [SoftQNetwork(obs_dim, self.action_dim, c.hidden) for _ in range(2)]
+            targets = [SoftQNetwork(obs_dim, self.action_dim, c.hidden) for _ in range(2)]
+            for q, target in zip(qs, targets):
+                target.load_state_dict(q.state_dict())
+            return actor, *qs, *targets
 
-        self.actor, self.critic = seeded_init(seed, build)  # both Q networks, stacked
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor, self.qf1, self.qf2, self.qf1_target, self.qf2_target = seeded_init(seed, build)
+        self.qf1_target.requires_grad_(False)
+        self.qf2_target.requires_grad_(False)
         self.temperature = Temperature()
         self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None
         self.actor_optimizer = self.q_optimizer = self.alpha_optimizer = None  # learner side: made on first learn()
@@ -140,7 +138,7 @@ class SAC(ReplayPacing, Algorithm):
         self.rng = np.random.default_rng(seed)  # exploration on the explorer side
         self.noise_rng = np.random.default_rng(seed + 2)  # the learner's reparameterization noise
         self._init_pacing()  # env_steps, updates, update_credit: the replay ratio's books
-        self.actor_stats: dict[str, torch.Tensor] = {}  # of the last actor step, reported with every update
+        self.actor_stats: dict[str, float] = {}  # of the last actor step, reported with every update
 
     # ---- explorer side -------------------------------------------------------------------
     def exploration(self, env_steps: int, updates: int) -> dict:
@@ -187,23 +185,21 @@ class SAC(ReplayPacing, Algorithm):
     def alpha(self) -> torch.Tensor | float:
         return self.temperature.log_alpha.detach().exp() if self.config.autotune else self.config.alpha
 
-    def critic_loss(self, b: dict[str, torch.Tensor],
-                    next_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def critic_loss(self, b: dict[str, torch.Tensor], next_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(both Q networks' squared soft TD errors, Q1 of the stored actions, the targets)."""
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(b["next_obs"], next_noise)
-            q1_next, q2_next = self.critic_target(b["next_obs"], next_actions)
+            min_q_next = torch.min(self.qf1_target(b["next_obs"], next_actions), self.qf2_target(b["next_obs"], next_actions))
             # discounts: gamma^k for a k-step window, 0 after a terminated step
-            target = b["rewards"] + b["discounts"] * (torch.min(q1_next, q2_next) - self.alpha() * next_log_pi)
-        q1, q2 = self.critic(b["obs"], b["actions"])
+            target = b["rewards"] + b["discounts"] * (min_q_next - self.alpha() * next_log_pi)
+        q1, q2 = self.qf1(b["obs"], b["actions"]), self.qf2(b["obs"], b["actions"])
         return F.mse_loss(q1, target) + F.mse_loss(q2, target), q1.detach(), target
 
     def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean of alpha log pi(a|s) - min_i Q_i(s, a) over reparameterized a ~ pi(s), log pi)."""
         actions, log_pi = self.actor.sample(obs, noise)
-        with frozen(self.critic):  # the gradient reaches the actor through the actions; the Q weights' own is not needed
-            q1, q2 = self.critic(obs, actions)
-        min_q = torch.min(q1, q2)
+        with frozen(self.qf1, self.qf2):  # the gradient reaches the actor through the actions; the Q weights' own is not needed
+            min_q = torch.min(self.qf1(obs, actions), self.qf2(obs, actions))
         return (self.alpha() * log_pi - min_q).mean(), log_pi
 
     def alpha_loss(self, log_pi: torch.Tensor) -> torch.Tensor:
@@ -211,14 +207,15 @@ class SAC(ReplayPacing, Algorithm):
         return (-self.temperature.log_alpha.exp() * (log_pi.detach() + self.target_entropy)).mean()
 
     def update_targets(self) -> None:
-        """Polyak averaging: target <- (1 - tau) target + tau online, both Q networks in one op."""
+        """Polyak averaging: target <- (1 - tau) target + tau online."""
         with torch.no_grad():
-            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), self.config.tau)
+            for q, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
+                torch._foreach_lerp_(list(target.parameters()), list(q.parameters()), self.config.tau)
 
     def _make_optimizers(self) -> None:
         c = self.config
         self.actor_optimizer = Adam(self.actor.parameters(), c.actor_lr)
-        self.q_optimizer = Adam(self.critic.parameters(), c.critic_lr)
+        self.q_optimizer = Adam([*self.qf1.parameters(), *self.qf2.parameters()], c.critic_lr)
         self.alpha_optimizer = Adam(self.temperature.parameters(), c.critic_lr)
 
     def _noise(self, n: int) -> torch.Tensor:
@@ -248,26 +245,24 @@ class SAC(ReplayPacing, Algorithm):
             for _ in range(c.policy_frequency):
                 actor_loss, log_pi = self.actor_loss(b["obs"], self._noise(c.batch_size))
                 self._step(self.actor_optimizer, actor_loss)
-                self.actor_stats = {"actor_loss": actor_loss.detach(), "entropy": -log_pi.detach().mean()}
+                self.actor_stats = {"actor_loss": actor_loss.item(), "entropy": -log_pi.detach().mean().item()}
                 if c.autotune:
                     with torch.no_grad():  # the entropy of the actor just updated
                         _, log_pi = self.actor.sample(b["obs"], self._noise(c.batch_size))
                     alpha_loss = self.alpha_loss(log_pi)
                     self._step(self.alpha_optimizer, alpha_loss)
-                    self.actor_stats["alpha_loss"] = alpha_loss.detach()
+                    self.actor_stats["alpha_loss"] = alpha_loss.item()
 
         self.update_targets()
         self.updates += 1
         self.update_credit -= 1.0
         if self.obs_norm is not None:
             self.obs_norm.fold()  # the next version trains and acts with the observations ingested until now
-        return host_floats({"critic_loss": critic_loss, "q_mean": q1.mean(), "target_mean": target.mean(),
-                            "alpha": self.alpha(), **self.actor_stats, "samples": float(c.batch_size)})
+        return {"critic_loss": critic_loss.item(), "q_mean": q1.mean().item(), "target_mean": target.mean().item(),
+                "alpha": float(self.alpha()), **self.actor_stats, "samples": float(c.batch_size)}
 
     # ---- checkpoints ---------------------------------------------------------------------
-    NETWORKS = ("actor", "critic", "critic_target", "temperature")
-    #: the networks of checkpoints written when the twin Q networks were two modules
-    PAIRED = {"critic": ("qf1", "qf2"), "critic_target": ("qf1_target", "qf2_target")}
+    NETWORKS = ("actor", "qf1", "qf2", "qf1_target", "qf2_target", "temperature")
     OPTIMIZERS = ("actor_optimizer", "q_optimizer", "alpha_optimizer")
 
     def state_dict(self) -> dict:
@@ -287,8 +282,6 @@ class SAC(ReplayPacing, Algorithm):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if "qf1" in state:
-            state = self._stacked_critics(state)
         for name in self.NETWORKS:
             getattr(self, name).load_state_dict(state[name])
         self._make_optimizers()
@@ -303,21 +296,6 @@ class SAC(ReplayPacing, Algorithm):
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
         self.replay.load_state_dict(state["replay"])
-
-    def _stacked_critics(self, state: dict) -> dict:
-        """A checkpoint of two Q networks (``qf1``, ``qf2``, their targets, and one optimizer over
-        qf1's parameters then qf2's) in the stacked layout of ``critic`` and ``critic_target``."""
-        networks = {name: self.critic.pair_state(state[first], state[second]) for name, (first, second) in self.PAIRED.items()}
-        names = self.critic.member_parameter_names()
-        q_optimizer = dict(state["q_optimizer"])
-        for moment in ("exp_avg", "exp_avg_sq"):
-            old = q_optimizer[moment]
-            if len(old) != 2 * len(names):
-                raise ValueError("optimizer state does not match the parameters")
-            stacked = self.critic.pair_state(dict(zip(names, old[:len(names)])), dict(zip(names, old[len(names):])))
-            q_optimizer[moment] = [stacked[name] for name, _ in self.critic.named_parameters()]
-        paired = {old for pair in self.PAIRED.values() for old in pair}
-        return {**{k: v for k, v in state.items() if k not in paired}, **networks, "q_optimizer": q_optimizer}
 
     # ---- export ------------------------------------------------------------------------
     def policy_module(self) -> torch.nn.Module:
