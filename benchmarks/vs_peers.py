@@ -421,7 +421,7 @@ def _versions(peers_python: Path) -> dict:
                 "        return m.version(d)\n"
                 "    except m.PackageNotFoundError:\n"
                 "        return None\n"
-                "print(json.dumps({d: v(d) for d in ('ray', 'stable-baselines3', 'tianshou', 'minatar', 'torch', "
+                "print(json.dumps({d: v(d) for d in ('ray', 'stable-baselines3', 'sb3-contrib', 'tianshou', 'minatar', 'torch', "
                 "'gymnasium')}))")
         try:
             out = subprocess.run([str(peers_python), "-c", code], capture_output=True, text=True, timeout=60)
