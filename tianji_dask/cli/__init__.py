@@ -59,10 +59,10 @@ def _command(argv) -> int:
 
 
 def _dispatch(args, invocation: Invocation) -> int:
-    if args.command in ("train", "resume"):
-        from tianji_dask.cli.train import cmd_resume, cmd_train
+    if args.command in ("train", "resume", "attach"):
+        from tianji_dask.cli.train import cmd_attach, cmd_resume, cmd_train
 
-        return (cmd_train if args.command == "train" else cmd_resume)(args, invocation)
+        return {"train": cmd_train, "resume": cmd_resume, "attach": cmd_attach}[args.command](args, invocation)
     if args.command == "sweep":  # SIGTERM stops the running trials as Ctrl-C does
         from tianji_dask.cli.sweep import cmd_sweep
 

@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
                         action=_Override, fields=lambda kv: dict([kv]))
     resume.add_argument("--quiet", action="store_true", help="no live progress display")
     resume.add_argument("--verbose", action="store_true", help="print when each step of the start was reached and how long the shutdown took")
+    attach = sub.add_parser("attach", help="drive a run on an existing scheduler whose driver died: progress, then its results")
+    attach.add_argument("run_dir", metavar="RUN_DIR", help="the run's results directory")
+    attach.add_argument("--quiet", action="store_true", help="no live progress display")
+    attach.add_argument("--verbose", action="store_true",
+                        help="print when each step of the start was reached and how long the shutdown took")
     plot = sub.add_parser("plot", help="write PNG figures of recorded runs (several runs: one figure each, overlaid)")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's results directory")
     plot.add_argument("--out", help="where the PNGs go (default RUN_DIR/plots of the first run)")

@@ -1,5 +1,6 @@
-"""The training commands, ``tianji-dask train`` and ``resume``: starting the run, its live
-progress, Ctrl-C and SIGTERM, and the lines printed when it ends."""
+"""The training commands, ``tianji-dask train``, ``resume`` and ``attach``: starting (or
+reconnecting to) the run, its live progress, Ctrl-C and SIGTERM, and the lines printed when it
+ends."""
 
 from __future__ import annotations
 
@@ -104,6 +105,16 @@ def cmd_resume(args, invocation: Invocation) -> int:
     for line in run.skipped_checkpoints:
         print(f"tianji-dask: skipped {line}", file=sys.stderr, flush=True)
     print(f"tianji-dask: resuming {run.pipeline.name} from {', '.join(run.resume_from)}", flush=True)
+    return _train(run, invocation, args.quiet, args.verbose)
+
+
+def cmd_attach(args, invocation: Invocation) -> int:
+    from tianji_dask.run import Run
+
+    run = Run.attach(args.run_dir)
+    p = run.pipeline
+    print(f"tianji-dask: attaching to run {run.run_id} of {p.name} ({p.env.id}, {p.algo.label}, {p.mode}) "
+          f"on {p.cluster.address}", flush=True)
     return _train(run, invocation, args.quiet, args.verbose)
 
 

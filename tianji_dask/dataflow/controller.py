@@ -51,6 +51,7 @@ class StalenessController(SchedulerPlugin):
     def __init__(self):
         self.scheduler = None
         self.runs: dict[str, RunBooks] = {}  # in the order they began
+        self.drivers: dict[str, str] = {}  # run id -> the client that drives it (see drive)
         self.workers_epoch = 0  # workers joined or left: the learner's streams look for their homes again
 
     def run_ids(self) -> list[str]:
@@ -109,6 +110,7 @@ class StalenessController(SchedulerPlugin):
         dask_internals.add_scheduler_handlers(scheduler, {
             "tianji_begin": self.begin, "tianji_cycle": self.cycle, "tianji_state": self.state,
             "tianji_configure": self.configure, "tianji_end": self.end, "tianji_runs": self.run_ids,
+            "tianji_drive": self.drive,
         })
 
     def transition(self, key, start, finish, *args, **kwargs):
@@ -169,6 +171,8 @@ class StalenessController(SchedulerPlugin):
                 del self.runs[old]
             while len(self.runs) >= MAX_RUNS:  # runs whose driver went without saying they ended
                 del self.runs[next(iter(self.runs))]
+            for old in [rid for rid in self.drivers if rid not in self.runs]:
+                del self.drivers[old]
             run = self.runs[run_id] = RunBooks()
         run.groups[group] = Books(group, law, learner_address, chunk_env_steps)
         return run.groups[group].params().to_wire()
@@ -180,6 +184,17 @@ class StalenessController(SchedulerPlugin):
             self.run(run_id)  # refused: it names no run
         if run_id in self.runs:
             self.runs[run_id].ended = True
+        self.drivers.pop(run_id, None)
+
+    def drive(self, run_id: str, client_id: str) -> str | None:
+        """Make client ``client_id`` the one driver of run ``run_id`` (the process that polls its
+        learners and writes its results), unless another client still connected drives it:
+        that client's id then, else None. A driver that died has left the scheduler's clients."""
+        held = self.drivers.get(run_id)
+        if held is not None and held != client_id and held in self.scheduler.clients:
+            return held
+        self.drivers[run_id] = client_id
+        return None
 
     def cycle(self, run_id: str | None = None, group: int = 0, **report) -> dict:
         return self.books(run_id, group).cycle(workers_epoch=self.workers_epoch, **report)

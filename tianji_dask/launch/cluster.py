@@ -90,16 +90,18 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
 CONNECT_TIMEOUT_S = 10
 
 
-def connect(address: str, security=None, timeout: float = CONNECT_TIMEOUT_S) -> Client:
-    """A client of the scheduler at ``address``, or PipelineError in one line within ``timeout``:
-    a host that does not resolve or a port nobody listens on says so at once."""
+def connect(address: str, security=None, timeout: float = CONNECT_TIMEOUT_S, *, field: str = "cluster.address",
+            hint: str = "allowed: the address of a running Dask scheduler") -> Client:
+    """A client of the scheduler at ``address``, or PipelineError in one line within ``timeout``
+    (``field``: why ``at`` the address; ``hint``): a host that does not resolve or a port nobody
+    listens on says so at once."""
     import socket
     from urllib.parse import urlsplit
 
     from tianji_dask.errors import PipelineError
 
     def fail(why: str):
-        raise PipelineError(f"cluster.address: {why} at {address}; allowed: the address of a running Dask scheduler")
+        raise PipelineError(f"{field}: {why} at {address}; {hint}")
 
     parts = urlsplit(address)
     try:

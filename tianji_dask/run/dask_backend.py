@@ -1,7 +1,9 @@
 """A run on a Dask cluster: open the cluster (unless given one), install the controller and the
 explorers' env pool, build one learner actor per group, keep them alive (a learner whose worker
 was lost is rebuilt from its checkpoint; one whose worker reaches its lifetime, or is preempted,
-hands off to a learner on a fresh worker), and read the cluster's own figures at the end."""
+hands off to a learner on a fresh worker), and read the cluster's own figures at the end. On a
+scheduler of its own making the run outlives this process (``attach.py``): ``attach`` drives a
+run whose driver died."""
 
 from __future__ import annotations
 
@@ -71,13 +73,17 @@ class DaskBackend(Backend):
         self._fresh = 0  # fresh learner workers started
         self._opened = None  # the cluster this backend started for itself (launch.cluster.Opened)
         self._learners: list = []
+        self._futures: list = []  # the learner actors' futures, one per group
         self._reducer = None  # group mode: the Reducer actor
+        self._reducer_future = None
         self._reducer_address: str | None = None
         self._explorer_workers = 1
         self._task_metrics0: dict = {}
         self._explorer_rss0: dict | None = None  # the explorer workers' memory before the first chunk
         self._cpu0: dict | None = None  # accounting.cpu_seconds once the learners are built
         self._ended = False  # the controller has been told this run is over
+        #: on a scheduler of its own making the run trains on if this process dies, its state published there
+        self.outlives_driver = client is None and plan.pipeline.cluster.kind == "address"
 
     # ---- start ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -114,11 +120,12 @@ class DaskBackend(Backend):
             from tianji_dask.dataflow.reducer import Reducer
 
             self._reducer_address = learner_workers(client)[0]
-            self._reducer = client.submit(Reducer, p.groups, actor=True, workers=[self._reducer_address],
-                                          key=specs.reducer_key(plan.run_id)).result()
-        futures = [self._submit_learner(self._learner_spec(group), group) for group in range(p.groups)]
+            self._reducer_future = client.submit(Reducer, p.groups, actor=True, workers=[self._reducer_address],
+                                                 key=specs.reducer_key(plan.run_id))
+            self._reducer = self._reducer_future.result()
+        self._futures = [self._submit_learner(self._learner_spec(group), group) for group in range(p.groups)]
         try:
-            self._learners = [future.result() for future in futures]
+            self._learners = [future.result() for future in self._futures]
         except RuntimeError as err:
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
@@ -126,6 +133,11 @@ class DaskBackend(Backend):
         self._learner_names = [self._worker_name(learner._address) for learner in self._learners]
         if not plan.shares_cluster:
             self._cpu0 = accounting.cpu_seconds(client)
+        if self.outlives_driver:
+            from tianji_dask.run import attach
+
+            attach.drive(client, plan.run_id)
+            self._publish()
         if self._opened is not None:
             # bokeh's import, a large part of a start, done while the learner already runs; start-up
             # work, so the scheduler's process does not count it as the run's
@@ -133,6 +145,54 @@ class DaskBackend(Backend):
             self._opened.serve_dashboard()
             if self._cpu0 is not None:
                 self._cpu0["scheduler"] += time.process_time() - cpu
+
+    # ---- a run that outlives its driver -------------------------------------------------------
+    def _publish(self) -> None:
+        """On a scheduler of its own making: publish what this driver keeps of the run (again
+        after each learner rebuilt), for a driver that attaches once this one is gone."""
+        if not self.outlives_driver:
+            return
+        from tianji_dask.run import attach
+
+        attach.publish(self.client, self.plan.run_id, {
+            "learners": list(self._futures), "reducer": self._reducer_future, "reducer_address": self._reducer_address,
+            "learner_names": list(self._learner_names), "restarts": self.restarts, "explorer_workers": self._explorer_workers,
+            "startup": self.startup, "task_metrics0": self._task_metrics0, "explorer_rss0": self._explorer_rss0,
+            "cpu0": self._cpu0})
+
+    def attach(self) -> None:
+        """Drive a run whose driver died: connect to its scheduler, become its one driver and
+        take up what the last driver published; PipelineError in one line when the scheduler is
+        unreachable, holds no such run, or another driver drives it."""
+        from tianji_dask.launch.cluster import Opened, connect, make_security
+        from tianji_dask.run import attach
+
+        plan, cluster = self.plan, self.plan.pipeline.cluster
+        client = connect(cluster.address, make_security(cluster.security), field="attach",
+                         hint=f"the run's scheduler is unreachable; `tianji-dask resume {plan.out} --scheduler ADDRESS` "
+                              "continues it from its newest checkpoint on a running one")
+        self._opened, self.client = Opened(client), client
+        state = attach.claim(client, plan.run_id, cluster.address, plan.out)
+        self._futures, self._reducer_future = list(state["learners"]), state["reducer"]
+        self._reducer_address, self._learner_names = state["reducer_address"], list(state["learner_names"])
+        self.restarts, self._explorer_workers, self.startup = list(state["restarts"]), state["explorer_workers"], state["startup"]
+        self._task_metrics0, self._explorer_rss0, self._cpu0 = state["task_metrics0"], state["explorer_rss0"], state["cpu0"]
+        self.dashboard_link = client.dashboard_link
+        try:
+            if self._reducer_future is not None:
+                self._reducer = self._reducer_future.result(timeout=60)
+            lost = []
+            for group, future in enumerate(self._futures):
+                try:
+                    self._learners.append(future.result(timeout=60))
+                except Exception as err:  # noqa: BLE001 - its worker was lost while no driver watched
+                    self._learners.append(None)
+                    lost.append((group, err))
+            for group, err in lost:
+                self._rebuild_learner(err, group)
+        except BaseException:
+            self._learners = []  # not this driver's to end: closed, it leaves the run on the cluster
+            raise
 
     def _learner_spec(self, group: int, *, rebuilt: bool = False, **core_changes):
         plan = self.plan
@@ -195,9 +255,11 @@ class DaskBackend(Backend):
                  "version": handoff["version"], "t_expiry": handoff["t_expiry"], "chunks_lost": handoff["chunks_lost"],
                  "worker": handoff["worker"], "new_worker": address, "next_update_s": None}
         self.restarts.append(entry)
-        self._learners[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=[address]).result()
+        self._futures[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=[address])
+        self._learners[group] = self._futures[group].result()
         old, self._learner_names[group] = self._learner_names[group], name
         self._opened.retire_learner(old)
+        self._publish()
 
     def _note_first_update(self, group: int, status: dict) -> None:
         """Seconds from a handoff's expiry to the successor's first update, once it has made one."""
@@ -271,7 +333,9 @@ class DaskBackend(Backend):
         spec = self._learner_spec(group, rebuilt=True, **changes)
         self.restarts.append({"t": time.time(), "group": group, "cause": "lost", "error": str(err)[:500],
                               "checkpoint": None if path is None else str(path)})
-        self._learners[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=workers).result()
+        self._futures[group] = self._submit_learner(spec, group, attempt=len(self.restarts), workers=workers)
+        self._learners[group] = self._futures[group].result()
+        self._publish()
 
     def stop(self) -> None:
         for learner in self._learners:
@@ -337,14 +401,18 @@ class DaskBackend(Backend):
             self.client = self.cluster = None
 
     def _end(self) -> None:
-        """The run is over: the controller may drop its books at the next run's start, and its
-        env pool leaves the workers (on a shared cluster the next runs' pools take the room).
-        Best effort: a cluster that is gone has nothing left to free."""
+        """The run is over: the controller may drop its books at the next run's start, its env
+        pool leaves the workers (on a shared cluster the next runs' pools take the room), and
+        what it published (on a scheduler of its own making) goes. Best effort: a cluster that is
+        gone has nothing left to free."""
         from tianji_dask.dataflow.explorer import pool_name
+        from tianji_dask.run import attach
 
         try:
             self.client.sync(self.client.scheduler.tianji_end, run_id=self.plan.run_id)
-            if self._opened is None:  # a cluster the backend opened goes with it
+            if self.outlives_driver:
+                attach.unpublish(self.client, self.plan.run_id)
+            if self._opened is None or self._opened.cluster is None:  # a cluster the backend started goes with it
                 self.client.unregister_worker_plugin(pool_name(self.plan.run_id))
         except Exception:  # noqa: BLE001
             pass

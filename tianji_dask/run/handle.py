@@ -92,6 +92,7 @@ class Run:
         self.explorer_hosts = None if explorer_workers is None else tuple(explorer_workers)
         self._client = client
         self._backend: Backend | None = None
+        self._attaching = False  # made by ``attach``: ``start`` reconnects to the run instead
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._finals: list[dict] | None = None  # one per learner
         self.results: dict | None = None
@@ -123,6 +124,22 @@ class Run:
         run = cls(pipeline, client, out=d, imported_at=imported_at, _resume_from=[str(path.resolve()) for path, _, _ in found],
                   _from_version=max(int(state["version"]) for _, state, _ in found))
         run.skipped_checkpoints = [line for _, _, skipped in found for line in skipped]
+        return run
+
+    @classmethod
+    def attach(cls, run_dir: str | os.PathLike) -> "Run":
+        """A Run for a run that trains on without its driver: one started on a scheduler of its
+        own making (``cluster.kind: address``) whose driver died. ``start`` reconnects to it and
+        makes this process its one driver; ``wait`` then writes its results as its first driver
+        would have. PipelineError in one line for a run directory with no live run."""
+        from tianji_dask.run import attach
+
+        d = Path(run_dir)
+        record = attach.read_run_file(d)
+        run = cls(load_pipeline(d / "pipeline.yaml"), out=d, _resume_from=record["resume_from"])
+        run.run_id, run.t_process_start, run._env_seed = record["run_id"], record["t_process_start"], record["env_seed"]
+        run._startup = dict(record["startup"])
+        run._attaching = True
         return run
 
     @classmethod
@@ -178,6 +195,16 @@ class Run:
     def start(self) -> "Run":
         if self._backend is not None:
             raise RuntimeError("start: this run has already started")
+        if self._attaching:
+            from tianji_dask.run.dask_backend import DaskBackend
+
+            self._backend = DaskBackend(self.plan)
+            try:
+                self._backend.attach()
+            except BaseException:
+                self._backend.close()
+                raise
+            return self
         fresh = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -207,6 +234,15 @@ class Run:
 
         # not a plain dump: with balance, chunk_steps given as well would not load back
         (self.out / "pipeline.yaml").write_text(pipeline_yaml(self.pipeline))
+        from tianji_dask.run import attach
+
+        if self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address":
+            # what `tianji-dask attach` reads back: the run outlives this process on that scheduler
+            attach.write_run_file(self.out, {
+                "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
+                "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed})
+        else:  # a resumed run that no longer outlives its driver: nothing to attach to
+            (self.out / attach.RUN_FILE).unlink(missing_ok=True)
 
     def _started(self) -> Backend:
         if self._backend is None:
