@@ -10,8 +10,9 @@ import pytest
 from tianji_dask.cli import main
 from tianji_dask.run import Run
 
+# burn-in on: its chunk fields travel through the cluster, the replay log and a resume too
 SHORT = {"stop.target_return": None, "stop.on_solve": False, "checkpoint.every_versions": 20,
-         "eval": {"every_versions": 30, "episodes": 2}}
+         "eval": {"every_versions": 30, "episodes": 2}, "algo.config.recurrent.burn_in": 8}
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,7 @@ def recurrent_run(tianji_client, tmp_path_factory):
 def test_a_recurrent_run_trains_evaluates_checkpoints_and_replays_exactly(recurrent_run, capsys):
     out, results = recurrent_run
     assert results["error"] is None and results["checkpoint"]
+    assert "burn_in: 8" in (out / "pipeline.yaml").read_text()
     assert results["final_version"] > 60 and results["env_steps"] >= 60_000
     # it learns: a random policy scores ~20 on CartPoleNoVel, this short run well above
     assert results["final_mean_return"] > 40, results["final_mean_return"]
