@@ -1,6 +1,7 @@
 """Where a run's time and CPU went, read off the cluster at the start and the end of the run:
 the dataflow's overhead per role (Dask's fine performance metrics for the explorer tasks, the
-learner's own time split) and each process's CPU."""
+learner's own time split), each process's CPU, and the controller's credits (granted, consumed,
+returned)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,15 @@ def cpu_budget(results: dict, cpu0: dict | None, cpu1: dict | None) -> dict | No
     if stepping is not None:
         out["explorer_env_step_cores"] = round(stepping / wall, 4)  # wall seconds in tasks, an upper bound
     return out
+
+
+def chunk_accounting(state: dict) -> dict:
+    """Every credit the controller granted, group by group summed: consumed (once each), or
+    returned unconsumed (lost, cancelled, never submitted), or still out; ``balanced`` when none
+    is out and each consumed chunk was one credited key."""
+    books = state.get("groups", [state])
+    granted = sum(b["credits_granted"] for b in books)
+    returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
+    consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
+    return {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
+            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}

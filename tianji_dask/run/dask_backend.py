@@ -10,50 +10,14 @@ from __future__ import annotations
 import time
 
 from tianji_dask import dask_internals
-from tianji_dask.callbacks.entries import parse as parse_callback
 from tianji_dask.errors import PipelineError, RunFault
 from tianji_dask.run import accounting, specs
 from tianji_dask.run.backend import Backend, RunPlan
+from tianji_dask.run.worker_imports import check_worker_imports
 
 REBUILD_ATTEMPTS = 3
 REBUILD_WAIT_S = 120
 HANDOFF_LEAD_S = 30.0  # a fresh learner worker is started this long before a learner's handoff
-
-
-def named_modules(p) -> dict[str, str]:
-    """The modules a pipeline names by ``module:attr`` that the workers will import: {module: field}."""
-    named = {}
-    if isinstance(p.algo.name, str) and ":" in p.algo.name:
-        named[p.algo.name.partition(":")[0]] = "algo.name"
-    if isinstance(p.algo.config.get("encoder"), str):
-        named.setdefault(p.algo.config["encoder"].partition(":")[0], "algo.config.encoder")
-    for i, entry in enumerate(p.callbacks):  # validated with the pipeline
-        named.setdefault(parse_callback(entry)[0].partition(":")[0], f"callbacks[{i}]")
-    return named
-
-
-def _import_errors(modules: list[str]) -> dict[str, str]:
-    import importlib
-
-    errors = {}
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception as err:  # noqa: BLE001 - whatever the import raises is the reason
-            errors[module] = f"{type(err).__name__}: {err}"
-    return errors
-
-
-def check_worker_imports(client, p) -> None:
-    """PipelineError (one line) when a worker cannot import a module the pipeline names: said
-    before any learner or explorer fails on it."""
-    named = named_modules(p)
-    if not named:
-        return
-    for address, errors in sorted(client.run(_import_errors, sorted(named)).items()):
-        for module, why in errors.items():
-            raise PipelineError(f"{named[module]}: worker {address} cannot import module {module!r} ({why}); install it "
-                                "on the workers or put it on their PYTHONPATH (a class given from Python travels by value)")
 
 
 class DaskBackend(Backend):
@@ -367,14 +331,14 @@ class DaskBackend(Backend):
         figures: dict = {"learner_restarts": self.restarts}
         if self.plan.shares_cluster:
             figures["controller"] = self._controller_final()
-            figures["chunk_accounting"] = chunk_accounting(figures["controller"])
+            figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"])
             figures["cluster_shared"] = True
             return figures
         cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
         figures["explorer_memory"] = accounting.explorer_memory(
             self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
         figures["controller"] = self._controller_final()
-        figures["chunk_accounting"] = chunk_accounting(figures["controller"])
+        figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"])
         figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
         figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
@@ -416,18 +380,6 @@ class DaskBackend(Backend):
                 self.client.unregister_worker_plugin(pool_name(self.plan.run_id))
         except Exception:  # noqa: BLE001
             pass
-
-
-def chunk_accounting(state: dict) -> dict:
-    """Every credit the controller granted, group by group summed: consumed (once each), or
-    returned unconsumed (lost, cancelled, never submitted), or still out; ``balanced`` when none
-    is out and each consumed chunk was one credited key."""
-    books = state.get("groups", [state])
-    granted = sum(b["credits_granted"] for b in books)
-    returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
-    consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
-    return {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
-            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
 
 
 def register_worker_plugin(client, name: str, plugin) -> None:

@@ -10,8 +10,6 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-import psutil
-
 from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.metrics import write_results
@@ -22,6 +20,7 @@ from tianji_dask.run import specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
+from tianji_dask.run.startup import process_start_time, startup_results
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
@@ -36,18 +35,6 @@ def as_pipeline(pipeline, overrides: dict | None) -> Pipeline:
     if isinstance(pipeline, dict):
         return parse_pipeline(pipeline, overrides=overrides)
     return load_pipeline(pipeline, overrides=overrides)
-
-
-def process_start_time() -> float:
-    """When this process started, as a Unix time. psutil's ``create_time`` counts from the boot
-    time in whole seconds (/proc/stat), so on Linux it is up to a second early; the process's age
-    on the boot clock is exact to a clock tick."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = float(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, AttributeError, ValueError, IndexError):  # not Linux
-        return psutil.Process(os.getpid()).create_time()
 
 
 class Run:
@@ -359,7 +346,7 @@ class Run:
             pipeline_config=p.model_dump(mode="json"),
         )
         results["simulated"] = p.simulated()
-        results["startup"] = self._startup_results()
+        results["startup"] = startup_results({**self._startup, **self._backend.startup}, self.t_process_start, self._finals)
         results["error_file"] = self._write_tracebacks(results)
         results.update(backend.figures(results))
         try:
@@ -376,24 +363,6 @@ class Run:
         t_stop = results["t_run_start"] + results["wall_s"]
         self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
         return results
-
-    def _startup_results(self) -> dict:
-        """Seconds from process start to each step of the start (None: not reached): in group
-        mode, to every learner built and to every group's first chunk."""
-        marks = {**self._startup, **self._backend.startup}
-
-        def since(step):
-            t = marks.get(step)
-            return None if t is None else t - self.t_process_start
-
-        learners = [final["results"].get("startup") or {} for final in self._finals]
-
-        def every(key):
-            values = [s.get(key) for s in learners]
-            return None if not values or None in values else max(values)
-
-        return {"import_s": since("import"), "checked_s": since("checked"), "cluster_s": since("cluster"),
-                "learner_built_s": every("learner_built_s"), "first_chunk_s": every("first_chunk_s")}
 
     def close(self) -> None:
         if self._backend is not None:
