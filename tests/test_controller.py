@@ -58,6 +58,42 @@ def test_law_steps_are_bounded_and_clamped():
     assert law.window == 10  # nor above w_max
 
 
+def test_law_says_when_its_target_is_held_and_why_one_is_out_of_reach():
+    law = WindowLaw(4, target=4, w_min=1, w_max=32)
+    assert law.verdict == {"state": "settling", "reason": None}
+    _plant(law, u=1.0, periods=10)
+    assert law.verdict == {"state": "held", "reason": None}
+    # ten updates per chunk: even one chunk in flight is ten versions stale
+    law = WindowLaw(4, target=4, w_min=1, w_max=32)
+    _plant(law, u=10.0, periods=2)
+    assert law.verdict["state"] == "settling"  # not yet at its floor long enough to say
+    _plant(law, u=10.0, periods=30)
+    assert law.window == 1 and law.verdict["state"] == "unreachable"
+    assert "window_min 1" in law.verdict["reason"] and "10.00 updates per chunk" in law.verdict["reason"]
+    # a window at its ceiling that is still too fresh
+    law = WindowLaw(4, target=60, w_min=1, w_max=8)
+    _plant(law, u=1.0, periods=12)
+    assert law.window == 8 and law.verdict["state"] == "unreachable" and "window_max 8" in law.verdict["reason"]
+    # growth held because the learner drops what a wider window makes
+    law, t = WindowLaw(4, target=40, w_min=1, w_max=64), 0.0
+    for version in range(1, 40):
+        t += 0.3
+        law.observe(t, version, [4, 4, 4, 4], dropped=2)
+    assert law.window == 4 and law.verdict["state"] == "unreachable" and "lag limit" in law.verdict["reason"]
+    law.configure(target=None)
+    assert law.verdict == {"state": "off", "reason": None}
+
+
+def test_a_target_starts_the_window_near_it():
+    from tianji_dask.run import Run
+
+    over = {"explorers": 32, "controller.window_max": 128}
+    assert [Run("cartpole_impala", overrides={**over, "controller.staleness_target": t}).law()["window"]
+            for t in (1, 4, 64)] == [1, 4, 64]
+    assert Run("cartpole_impala", overrides=over).law()["window"] == 32  # no target: one per explorer
+    assert Run("cartpole_impala", overrides={**over, "controller.staleness_target": 4, "controller.window": 9}).law()["window"] == 9
+
+
 def test_replay_gate():
     # warm-up and an empty pipe always admit; afterwards the ratio counting in-flight data decides
     assert replay_gate(16.0, 0, 0, 3, 256, warm=False)
@@ -315,6 +351,7 @@ def test_staleness_target_is_held_and_followed(tianji_client, tmp_path):
     run = Run("cartpole_ppo", tianji_client, out=tmp_path / "on", overrides={**SLOW_LEARNER, "controller.staleness_target": 2})
     run.start()
     _wait_for_chunks(run, 80)
+    assert run.status()["staleness_target"]["state"] in ("held", "settling")  # reachable: the learner says so live
     state = run.configure(staleness_target=6)
     moved_at = state["chunks_consumed"]
     assert state["staleness_target"] == 6
@@ -327,6 +364,26 @@ def test_staleness_target_is_held_and_followed(tianji_client, tmp_path):
     log = np.array([row for row in on["controller"]["window_log"] if row[3] is not None], dtype=float)
     assert len(log) >= 5 and (log[:, 1] >= 1).all()
     assert on["controller"]["chunks_in_flight"] == 0
+    assert on["controller"]["target_verdict"]["state"] in ("held", "settling")
+    assert off["controller"]["target_verdict"] == {"state": "off", "reason": None}
+
+
+@pytest.mark.slow
+def test_a_target_out_of_reach_is_said_live_and_in_the_results_with_its_reason(tianji_client, tmp_path):
+    # two chunks in flight at most cannot be 40 versions stale
+    settle(tianji_client)
+    run = Run("cartpole_ppo", tianji_client, out=tmp_path / "far", overrides={
+        **SLOW_LEARNER, "controller.staleness_target": 40, "controller.window_max": 2})
+    run.start()
+    deadline = time.time() + 90
+    while (live := run.status())["staleness_target"]["state"] != "unreachable":
+        assert time.time() < deadline, f"never called out of reach: {live['staleness_target']}"
+        time.sleep(0.2)
+    assert "window_max 2" in live["staleness_target"]["reason"]
+    run.stop()
+    results = run.wait(timeout=60)
+    verdict = results["controller"]["target_verdict"]
+    assert verdict["state"] == "unreachable" and "raise window_max" in verdict["reason"]
 
 
 @pytest.mark.slow

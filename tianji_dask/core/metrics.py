@@ -33,10 +33,13 @@ def time_to_solve(episodes: np.ndarray, target: float, window: int = 100) -> flo
 
 def staleness_summary(staleness: np.ndarray) -> dict:
     if staleness.size == 0:
-        return {"mean": None, "p95": None, "max": None, "hist": {}}
+        return {"mean": None, "mean_second_half": None, "p95": None, "max": None, "hist": {}}
     values, counts = np.unique(staleness.astype(np.int64), return_counts=True)
     return {
         "mean": float(staleness.mean()),
+        # the chunks consumed in the run's second half, in order: the controller's steady state,
+        # past the start's transient (a window still moving from its first value)
+        "mean_second_half": float(staleness[staleness.size // 2:].mean()),
         "p95": float(np.percentile(staleness, 95)),
         "max": int(staleness.max()),
         "hist": {str(int(v)): int(c) for v, c in zip(values, counts)},

@@ -110,7 +110,8 @@ class Books:
         """What the learner applies on its side: how many chunks to ask for, the replay-ratio
         ceiling, the staleness filter."""
         return ControllerParams(window=self.window, rho_max=self.rho_max, max_staleness=self.max_staleness,
-                                params_version=self.params_version)
+                                params_version=self.params_version, target_state=self.law.verdict["state"],
+                                target_reason=self.law.verdict["reason"])
 
     def cycle(self, consumed: dict | None = None, want: list | None = None, learner_version: int | None = None,
               progress: dict | None = None, learner_status: dict | None = None, workers_epoch: int = 0) -> dict:
@@ -210,6 +211,7 @@ class Books:
             "simulated": self.simulated,
             **self.settings(),
             "last_period": dict(self.law.last),
+            "target_verdict": dict(self.law.verdict),
             "chunks_in_flight": self.chunks_in_flight,
             "learner_version": self.learner_version,
             "learner_lost": self.learner_lost,

@@ -9,6 +9,10 @@ from __future__ import annotations
 MAX_DROPPED_TO_GROW = 0.2
 #: the window moves at most once per this many seconds, and only after half a window of chunks
 CONTROL_MIN_PERIOD_S = 0.2
+#: a target is held while a period's mean staleness is within this fraction of it
+HOLD_TOLERANCE = 0.25
+#: periods in a row at a bound, still off target, before the target is called out of reach
+UNREACHABLE_PERIODS = 3
 
 
 class WindowLaw:
@@ -19,7 +23,10 @@ class WindowLaw:
     period (at least W / 2 chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
     period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step
     bounded to max(1, W / 2), the result clamped to [w_min, w_max]. Without a target W stays put.
-    Pure arithmetic: testable without a scheduler.
+    ``verdict`` says after each period whether the target is held (within ``HOLD_TOLERANCE``),
+    still settling, or out of reach, and why: a window at its floor that is still too stale, at
+    its ceiling still too fresh, or a window held because the learner drops what a wider one
+    makes. Pure arithmetic: testable without a scheduler.
     """
 
     def __init__(self, window: int, *, target: float | None = None, w_min: int = 1, w_max: int = 64, gain: float = 0.5):
@@ -28,6 +35,8 @@ class WindowLaw:
         self.w = float(window if target is None else min(max(window, self.w_min), self.w_max))
         self._reset_period(None, 0)
         self.last = {"staleness": None, "updates_per_chunk": None}
+        self.verdict = {"state": "off" if target is None else "settling", "reason": None}
+        self._at_bound = 0  # periods in a row at a bound and off target
 
     @property
     def window(self) -> int:
@@ -54,13 +63,38 @@ class WindowLaw:
         if self.target is None:
             return False
         step = self.gain * (self.target - s) / max(u, 0.25)
-        if step > 0 and drop_frac > MAX_DROPPED_TO_GROW:
+        blocked = step > 0 and drop_frac > MAX_DROPPED_TO_GROW
+        if blocked:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
+        self._judge(s, u, drop_frac, blocked)
         bound = max(1.0, self.w / 2)
         self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
         return True
+
+    def _judge(self, s: float, u: float, drop_frac: float, blocked: bool) -> None:
+        """The verdict on the period just measured (``s`` its mean staleness, ``u`` its updates per
+        chunk), with the window it was measured at."""
+        target = self.target
+        if abs(s - target) <= HOLD_TOLERANCE * target:
+            self._at_bound = 0
+            self.verdict = {"state": "held", "reason": None}
+            return
+        reason = None
+        if s > target and self.window <= self.w_min:
+            reason = (f"staleness {s:.1f} with the fewest chunks in flight (window_min {self.w_min}, "
+                      f"{u:.2f} updates per chunk): smaller chunks or fewer updates per chunk lower it")
+        elif s < target and blocked:
+            reason = (f"{drop_frac:.0%} of chunks dropped past the algorithm's lag limit: a wider window only "
+                      "makes more of them (raise the algorithm's max_policy_lag to allow the target)")
+        elif s < target and self.window >= self.w_max:
+            reason = f"staleness {s:.1f} with the most chunks in flight (window_max {self.w_max}): raise window_max"
+        self._at_bound = self._at_bound + 1 if reason else 0
+        if reason and self._at_bound >= UNREACHABLE_PERIODS:
+            self.verdict = {"state": "unreachable", "reason": reason}
+        else:
+            self.verdict = {"state": "settling", "reason": None}
 
     def configure(self, *, target=..., w_min=None, w_max=None, gain=None, window=None) -> None:
         if target is not ...:
@@ -75,6 +109,8 @@ class WindowLaw:
             self.w = float(window)
         if self.target is not None:
             self.w = min(max(self.w, self.w_min), self.w_max)
+        self._at_bound = 0
+        self.verdict = {"state": "off" if self.target is None else "settling", "reason": None}
 
 
 def replay_gate(rho_min: float | None, samples_trained: float, env_steps: float, in_flight: int,

@@ -62,12 +62,16 @@ class Progress:
 class ControllerParams:
     """The controller's settings the learner applies on its side: the window (how many chunks
     to ask for), the replay-ratio ceiling (the algorithm stops updating above it), the staleness
-    filter, and a counter that changes whenever a client reconfigures the controller."""
+    filter, a counter that changes whenever a client reconfigures the controller, and the window
+    law's verdict on its staleness target (``WindowLaw.verdict``: off, settling, held or
+    unreachable, with the reason when unreachable), which the learner's status reports."""
 
     window: int
     rho_max: float | None = None
     max_staleness: int | None = None
     params_version: int = 0
+    target_state: str = "off"
+    target_reason: str | None = None
 
     def to_wire(self) -> dict:
         return asdict(self)

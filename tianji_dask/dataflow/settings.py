@@ -51,7 +51,8 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("window", int | None, None, "chunks in flight (initial value under a target); default: one per explorer",
+    Setting("window", int | None, None, "chunks in flight (initial value under a target); default: one per explorer, under a target the "
+            "target x the chunks one update needs",
             {"ge": 1}, floored=True),
     Setting("staleness_target", float | None, None, "mean staleness (versions) to hold; null: fixed window",
             {"ge": 0}, off=True),

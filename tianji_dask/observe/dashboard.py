@@ -18,6 +18,7 @@ and only streams what is new, so an update costs O(new chunks), never O(run).
 
 from __future__ import annotations
 
+import html
 import logging
 
 from tianji_dask import dask_internals
@@ -149,7 +150,10 @@ class Panels:
         run = ctl.run(want)
         first = min(run.groups)
         books = run.groups[first]  # the run's first group's
-        self.note.text = f"run {want}" + ("" if self.chosen is not None else " (the newest; pick another above)")
+        verdict = books.law.verdict
+        self.note.text = (f"run {want}" + ("" if self.chosen is not None else " (the newest; pick another above)")
+                          + ("" if verdict["state"] == "off" else f" &middot; staleness target {books.law.target:g}: "
+                             + verdict["state"] + (f" ({html.escape(verdict['reason'])})" if verdict["reason"] else "")))
         groups, simulated = len(run.groups), books.simulated
         if (groups, simulated) != self.labels_shown:  # say whose books these are, and a simulated env cost
             self.labels_shown = (groups, simulated)

@@ -34,7 +34,12 @@ def law(p: Pipeline, prepared: Prepared) -> dict:
         return {"window": p.explorers, "simulated": simulated}
     w_min = c.window_min or prepared.chunks_per_update
     w_max = c.window_max or max(16, 4 * p.explorers, w_min)
-    return {**c.model_dump(), "window": max(p.window, w_min), "window_min": w_min, "window_max": w_max,
+    window = p.window
+    if c.staleness_target is not None and c.window is None:
+        # mean staleness ~ window x updates per chunk (1 / chunks per update): start there, so the
+        # law's first periods do not spend the run's start far from the target
+        window = min(round(c.staleness_target * prepared.chunks_per_update), w_max)
+    return {**c.model_dump(), "window": max(window, w_min), "window_min": w_min, "window_max": w_max,
             "replay_ratio": prepared.replay_ratio, "simulated": simulated}
 
 
