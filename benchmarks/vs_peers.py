@@ -31,7 +31,9 @@ Each run also keeps its learning curve (``curve``): [seconds since the system wa
 last 100 training returns (of all so far, before 100)] at the end of each episode, episodes pooled
 and sorted by end time, thinned to at most ``CURVE_POINTS`` points spread over the run's time;
 ``build_s_from_launch`` puts it on the launch clock. ``curves`` draws one task's curves, every
-run, coloured by system, against wall time.
+run, coloured by system, against wall time. ``run_one(..., full=True)`` (what ``benchmarks/suite.py``
+records) also returns every episode unthinned (``episode_rows``) and, for tianji_dask, the env steps
+consumed in each second of the run (``throughput_per_s``).
 
 ``transfer``: bandwidth of sample chunks (>= 1 MiB) moved worker to worker by Dask and by the direct
 path, against plain socket pairs (loopback TCP, Unix) measured in the same invocation.
@@ -116,16 +118,49 @@ def learning_curve(episodes, t0: float, window: int = WINDOW, points: int = CURV
     return [[round(eps[i][0] - t0, 3), round(means[i], 4)] for i in sorted(keep.values())]
 
 
-def _our_episodes(run_dir: Path) -> list[tuple[float, float]]:
+def episode_rows(episodes, t0: float) -> list[list[float]]:
+    """Every episode, sorted by end time, as [seconds since ``t0``, return], and when the episodes
+    carry their length ((end time, return, length) triples) the env steps of all episodes ended so
+    far as a third column: the full record that ``learning_curve`` thins."""
+    rows, steps = [], 0
+    for ep in sorted(episodes):
+        row = [round(ep[0] - t0, 3), round(ep[1], 4)]
+        if len(ep) > 2:
+            steps += int(ep[2])
+            row.append(steps)
+        rows.append(row)
+    return rows
+
+
+def _our_episodes(run_dir: Path, lengths: bool = False) -> list[tuple]:
     """(end time, return) of every training episode in a run folder's episodes.csv (columns
-    t_end, return, length, explorer_id; end times in seconds since the epoch)."""
+    t_end, return, length, explorer_id; end times in seconds since the epoch), with the length
+    as a third item when ``lengths``."""
     import csv
 
     path = run_dir / "episodes.csv"
     if not path.exists():
         return []
     with open(path, newline="") as fh:
-        return [(float(row["t_end"]), float(row["return"])) for row in csv.DictReader(fh)]
+        return [(float(row["t_end"]), float(row["return"]), *((float(row["length"]),) if lengths else ()))
+                for row in csv.DictReader(fh)]
+
+
+def _our_throughput(run_dir: Path, t0: float, wall_s: float) -> list[int]:
+    """Env steps the learner consumed in each whole second since ``t0`` (chunks.csv's t_consumed
+    and env_steps), over the run's ``wall_s``."""
+    import csv
+    import math
+
+    path = run_dir / "chunks.csv"
+    per_s = [0] * max(1, math.ceil(wall_s or 0))
+    if path.exists():
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                i = int(float(row["t_consumed"]) - t0)
+                if 0 <= i < len(per_s):
+                    per_s[i] += int(float(row["env_steps"]))
+    return per_s
 
 
 def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) -> dict:
@@ -141,10 +176,13 @@ def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) 
         return {**row, "solved": False, "error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"}
     r = json.loads(results_path.read_text())
     tts = r["time_to_solve_s"]
+    episodes = _our_episodes(out, lengths=True)
     return {
         **row,
         "build_s_from_launch": r["t_run_start"] - t_launch,
-        "curve": learning_curve(_our_episodes(out), r["t_run_start"]),
+        "curve": learning_curve([ep[:2] for ep in episodes], r["t_run_start"]),
+        "episode_rows": episode_rows(episodes, r["t_run_start"]),
+        "throughput_per_s": _our_throughput(out, r["t_run_start"], r["wall_s"]),
         "solved": bool(r["solved"]),
         "time_to_solve_s": tts,
         "time_to_solve_from_launch_s": None if tts is None else r["t_run_start"] + tts - t_launch,
@@ -193,13 +231,17 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
         "build_s_from_launch": None if r.get("t_built") is None else r["t_built"] - t_launch,
         "episodes": len(returns),
         "curve": [] if r.get("t_built") is None else learning_curve(episodes, r["t_built"]),
+        "episode_rows": [] if r.get("t_built") is None else episode_rows(episodes, r["t_built"]),
         "env_steps_per_s": None if not r.get("env_steps") or not r.get("wall_s") else r["env_steps"] / r["wall_s"],
         "rllib_iterations": r.get("rllib_iterations"),
         "error": r.get("error") or (None if rc == 0 else f"exit {rc}: {tail}"),
     }
 
 
-def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python: Path, threads: int = 1) -> dict:
+def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python: Path, threads: int = 1,
+            full: bool = False) -> dict:
+    """One run in a fresh process, as a row with every field of ``RUN_FIELDS``; with ``full``, also
+    ``episode_rows`` and ``throughput_per_s`` (left out of the solve JSON, which keeps curves only)."""
     with tempfile.TemporaryDirectory(prefix="vs-peers-") as tmp:
         try:
             if system in OURS:
@@ -212,6 +254,9 @@ def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python:
     base.update(system=system, task=task, seed=seed, max_seconds=max_seconds)
     base.update(row)
     base["error"] = _clean(base["error"])
+    if not full:
+        base.pop("episode_rows", None)
+        base.pop("throughput_per_s", None)
     return base
 
 

@@ -1,0 +1,92 @@
+"""One task's figure for benchmarks/report.py: the mean of the last 100 training returns, the
+median across seeds with the band between the 25th and 75th percentiles, one line per (system,
+settings label), against env steps (where the episode rows carry them) and against wall time.
+
+Each run's running mean is ``vs_peers.learning_curve`` of its raw episode rows, the curve the
+side-by-side tables keep, read on a common grid as a step function: a run has no value before its
+first episode and holds its last one after it stopped (solved, or out of time). The grid of a
+system spans its longest run. The PNG is written only when its bytes change, so a second report
+leaves the file as it was.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+import vs_peers
+
+GRID = 300  # points per curve
+PANELS = {"env_steps": "env steps (of the episodes ended so far)", "time": "seconds since the system was built"}
+
+
+def run_curve(doc: dict, x: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x, running mean) of one run, x the env steps (``x="env_steps"``) or the seconds since the
+    system was built (``x="time"``); empty when the run's episode rows have no such column."""
+    fields = doc.get("episode_fields", [])
+    if x == "env_steps" and "env_steps" not in fields:
+        return np.zeros(0), np.zeros(0)
+    col = fields.index("env_steps") if x == "env_steps" else 0
+    curve = vs_peers.learning_curve([(row[col], row[1]) for row in doc["episodes"]], 0.0)
+    return np.array([p[0] for p in curve], dtype=float), np.array([p[1] for p in curve], dtype=float)
+
+
+def band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, [25th, 50th, 75th percentile] rows) of the runs' step functions on a grid from 0 to
+    the longest run; NaN where no run has a value yet."""
+    grid = np.linspace(0.0, max(xs[-1] for xs, _ in curves), GRID)
+    values = np.full((len(curves), GRID), np.nan)
+    for i, (xs, ys) in enumerate(curves):
+        idx = np.searchsorted(xs, grid, side="right") - 1
+        values[i, idx >= 0] = ys[idx[idx >= 0]]
+    quartiles = np.full((3, GRID), np.nan)
+    have = ~np.isnan(values).all(axis=0)
+    quartiles[:, have] = np.nanpercentile(values[:, have], [25, 50, 75], axis=0)
+    return grid, quartiles
+
+
+def write_figure(docs: list[dict], task: str, path: Path) -> Path:
+    """Draw ``task``'s figure from its raw runs ``docs`` into ``path`` (a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple, list[dict]] = {}
+    for d in sorted(docs, key=lambda d: (d["system"], d["settings"], d["seed"])):
+        groups.setdefault((d["system"], d["settings"]), []).append(d)
+    known = list(vs_peers.SYSTEMS)
+    order = sorted(groups, key=lambda k: (known.index(k[0]) if k[0] in known else len(known), k))
+    others = sorted({s for s, _ in groups} - set(known))
+    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate((*known, *others))}  # as vs_peers curves
+    panels = [p for p in PANELS if p == "time" or any("env_steps" in d.get("episode_fields", []) for d in docs)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+    env_id, _, target = vs_peers.TASKS.get(task, (task, None, None))
+    for ax, panel in zip(axes[0], panels):
+        for system, settings in order:
+            curves = [c for c in (run_curve(d, panel) for d in groups[(system, settings)]) if len(c[0])]
+            if not curves:
+                continue
+            grid, (low, mid, high) = band(curves)
+            style = "--" if settings == "same" else "-"
+            ax.plot(grid, mid, color=colours[system], linestyle=style, linewidth=1.5,
+                    label=f"{system} ({settings}), {len(curves)} run(s)")
+            ax.fill_between(grid, low, high, color=colours[system], alpha=0.2, linewidth=0)
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"target {target:g}")
+        ax.set_xlabel(PANELS[panel])
+        ax.set_ylabel("mean of the last 100 training returns")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    fig.suptitle(f"{task} ({env_id}): median across seeds, 25th-75th percentile band")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_bytes() != buf.getvalue():
+        path.write_bytes(buf.getvalue())
+    return path

@@ -1,0 +1,269 @@
+"""Named benchmark suites: many (task, system, seed) runs, one raw file each, resumable.
+
+    python benchmarks/suite.py run SUITE [--tasks ...] [--systems ...] [--seeds ...] [--max-seconds N]
+                                         [--rerun] [--peers-python PATH]
+    python benchmarks/suite.py list SUITE [--tasks ...] [--systems ...] [--seeds ...]
+
+A suite (``SUITES`` below) is a set of cells, each one training run of one system on one task
+with one seed. ``run`` runs the cells one at a time, seed-major, the system order rotating from
+one seed to the next (as ``vs_peers.py solve`` does), so neighbouring runs share the machine's
+noise. Each run is ``vs_peers.run_one``: the same measurement as the side-by-side tables.
+
+Every cell writes one file, ``benchmarks/results/suite/<task>/<system>/seed<k>.json``, atomically
+(a temporary file, then a rename), so a killed suite loses at most the run in progress: ``run``
+skips the cells whose file exists unless ``--rerun`` is given. A run that fails before its first
+episode (a peer with no virtual environment) writes no file: the cell stays to do. The file holds the run row, every
+training episode as [seconds since the system was built, return] (with a third column, the env
+steps of the episodes ended so far, where the system reports episode lengths), the env steps
+consumed per second (tianji_dask only), the commit and whether the tree was dirty, the machine,
+the package versions, the settings label and the UTC time. ``benchmarks/report.py`` turns the
+files into the rliable-protocol section of docs/benchmarks.md.
+
+Settings labels: "same" where a peer runs with our pipeline's network, batch and update ratio
+(MinAtar Breakout on RLlib and SB3; the CleanRL-style and Tianshou PPO on LunarLander, for which
+their authors publish no settings), "tuned" where it runs with its own published (or default)
+settings, and "tuned" for tianji_dask's own bundled pipelines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import vs_peers
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "suite"
+
+PROTOCOL_TASKS = ("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo", "pendulum_sac", "hopper_ppo",
+                  "minatar_breakout_ppo")
+#: suite -> groups of (tasks, systems, seeds); a suite's cells are the union of its groups' products
+SUITES = {
+    "cartpole": [
+        (("cartpole_ppo", "cartpole_dqn"), ("tianji", "sb3"), range(5)),
+    ],
+    "protocol": [
+        (PROTOCOL_TASKS, ("tianji", "sb3"), range(5)),
+        (PROTOCOL_TASKS, ("rllib",), range(3)),
+        (("cartpole_ppo", "lunarlander_ppo"), ("cleanrl",), range(3)),
+        (("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo"), ("tianshou",), range(3)),
+    ],
+}
+#: the budget of one run, seconds from build, unless --max-seconds says otherwise
+BUDGET_S = {
+    "cartpole_ppo": 300, "cartpole_dqn": 300, "lunarlander_ppo": 600, "lunarlander_dqn": 800,
+    "pendulum_sac": 400, "hopper_ppo": 1800, "halfcheetah_sac": 1800, "minatar_breakout_ppo": 900,
+    "minatar_breakout_dqn": 900, "cartpole_novel_ppo_lstm": 600,
+}
+#: (system, task) run with our pipeline's settings rather than the system's own
+SAME_SETTINGS = {("sb3", "minatar_breakout_ppo"), ("sb3", "minatar_breakout_dqn"),
+                 ("rllib", "minatar_breakout_ppo"), ("rllib", "minatar_breakout_dqn"),
+                 ("cleanrl", "lunarlander_ppo"), ("tianshou", "lunarlander_ppo")}
+
+
+class BadInput(ValueError):
+    """A suite, task, system or seed the suite does not have; ``str()`` is the one line to show."""
+
+
+def settings_label(system: str, task: str) -> str:
+    return "same" if (system, task) in SAME_SETTINGS else "tuned"
+
+
+def cell_path(results: Path, task: str, system: str, seed: int) -> Path:
+    return Path(results) / task / system / f"seed{seed}.json"
+
+
+def _check(kind: str, asked, allowed, suite: str) -> None:
+    unknown = [a for a in asked or () if a not in allowed]
+    if unknown:
+        raise BadInput(f"{kind} {', '.join(map(str, unknown))} not in suite {suite!r}: "
+                       f"one of {', '.join(map(str, allowed))}")
+
+
+def plan(suite: str, tasks=None, systems=None, seeds=None, results: Path = RESULTS) -> list[dict]:
+    """Every cell of ``suite`` (restricted to ``tasks``, ``systems``, ``seeds`` when given), in run
+    order: seed by seed; within a seed task by task, the systems rotated by one place per seed.
+    Each cell: task, system, seed, path (its raw file) and done (that file exists)."""
+    if suite not in SUITES:
+        raise BadInput(f"unknown suite {suite!r}: one of {', '.join(SUITES)}")
+    groups = SUITES[suite]
+    all_tasks = list(dict.fromkeys(t for g in groups for t in g[0]))
+    all_systems = list(dict.fromkeys(s for g in groups for s in g[1]))
+    all_seeds = sorted({k for g in groups for k in g[2]})
+    _check("task", tasks, all_tasks, suite)
+    _check("system", systems, all_systems, suite)
+    _check("seed", seeds, all_seeds, suite)
+    members = {(t, s, k) for ts, ss, ks in groups for t in ts for s in ss for k in ks}
+    cells = []
+    for i, seed in enumerate(k for k in all_seeds if seeds is None or k in seeds):
+        for task in (t for t in all_tasks if tasks is None or t in tasks):
+            order = [s for s in all_systems if (systems is None or s in systems) and (task, s, seed) in members]
+            if not order:
+                continue
+            r = i % len(order)
+            for system in order[r:] + order[:r]:
+                path = cell_path(results, task, system, seed)
+                cells.append({"task": task, "system": system, "seed": seed, "path": path, "done": path.exists()})
+    return cells
+
+
+def pending(cells: list[dict], rerun: bool = False) -> list[dict]:
+    """The cells ``run`` trains: all with ``rerun``, else those with no raw file yet."""
+    return [c for c in cells if rerun or not c["done"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# what a raw file records besides the run
+
+def _git(*args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def commit() -> dict:
+    """HEAD and whether tracked files differ from it (the suite's own results left out: they change
+    as it runs)."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+    return {"sha": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import psutil
+
+    return {"cpu_model": cpu, "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform()}
+
+
+def versions() -> dict:
+    v = {"python": platform.python_version()}
+    for dist in ("torch", "dask", "distributed", "gymnasium", "numpy"):
+        try:
+            v[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            v[dist] = None
+    return v
+
+
+def _dumps(doc: dict) -> str:
+    """The raw file's JSON: the episodes one per line (readable diffs), the per-second throughput
+    on one line, everything else indented."""
+    head = json.dumps({k: v for k, v in doc.items() if k not in ("episodes", "throughput_per_s")},
+                      indent=1, sort_keys=True)
+    rows = ",\n  ".join(json.dumps(row, separators=(",", ":")) for row in doc["episodes"])
+    episodes = f"[\n  {rows}\n ]" if rows else "[]"
+    throughput = json.dumps(doc.get("throughput_per_s"), separators=(",", ":"))
+    return f'{head[:-2]},\n "episodes": {episodes},\n "throughput_per_s": {throughput}\n}}\n'
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path) -> dict:
+    """Train one cell and write its raw file; returns the document. A run that failed before its
+    first episode (a peer with no virtual environment, a crash at start-up) measured nothing: no
+    file is written, so the next ``run`` tries the cell again."""
+    task, system, seed = cell["task"], cell["system"], cell["seed"]
+    row = vs_peers.run_one(system, task, seed, max_seconds, peers_python, full=True)
+    episodes = row.pop("episode_rows", None) or []
+    throughput = row.pop("throughput_per_s", None)
+    row.pop("curve", None)  # the thinned curve: the episodes below hold all of it
+    v = versions()
+    if row.get("versions"):
+        v["peer"] = row.pop("versions")
+    doc = {
+        "suite": suite, "task": task, "system": system, "seed": seed, "settings": settings_label(system, task),
+        "max_seconds": max_seconds, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit(), "machine": machine(), "versions": v, "run": row,
+        "episode_fields": ["seconds_since_built", "return", *(["env_steps"] if episodes and len(episodes[0]) > 2
+                                                              else [])],
+        "episodes": episodes, "throughput_per_s": throughput,
+    }
+    if episodes or not row.get("error"):
+        write_atomically(cell["path"], _dumps(doc))
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+
+def cmd_list(args, cells: list[dict]) -> int:
+    for c in cells:
+        print(f"{'done' if c['done'] else 'todo'}  {c['task']:<22} {c['system']:<10} seed {c['seed']}")
+    print(f"{sum(c['done'] for c in cells)}/{len(cells)} cell(s) of suite {args.suite} done")
+    return 0
+
+
+def cmd_run(args, cells: list[dict]) -> int:
+    todo = pending(cells, args.rerun)
+    print(f"suite {args.suite}: {len(cells)} cell(s), {len(cells) - len(todo)} skipped (already done), "
+          f"{len(todo)} to run", flush=True)
+    failed = 0
+    for n, cell in enumerate(todo, 1):
+        budget = args.max_seconds if args.max_seconds is not None else BUDGET_S.get(cell["task"], 300)
+        doc = run_cell(args.suite, cell, budget, args.peers_python)
+        run = doc["run"]
+        if not doc["episodes"] and run.get("error"):
+            failed += 1
+            outcome = "FAILED before its first episode, no file written"
+        elif run["solved"]:
+            outcome = f"solved in {run['time_to_solve_s']:.1f} s"
+        else:
+            outcome = f"NOT solved (budget {budget:g} s)"
+        error = f"  ERROR {run['error'].strip().splitlines()[-1][:200]}" if run.get("error") else ""
+        print(f"[{n}/{len(todo)}] {cell['task']} {cell['system']} seed {cell['seed']}: {outcome}{error}", flush=True)
+    if failed:
+        print(f"{failed} cell(s) failed and stay to do", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("suite", help=f"one of {', '.join(SUITES)}")
+    common.add_argument("--tasks", nargs="+", help="only these of the suite's tasks")
+    common.add_argument("--systems", nargs="+", help="only these of the suite's systems")
+    common.add_argument("--seeds", nargs="+", type=int, help="only these of the suite's seeds")
+    common.add_argument("--results", type=Path, default=RESULTS, help="where the raw files go")
+    sub.add_parser("list", parents=[common], help="the suite's cells in run order, and which are done")
+    r = sub.add_parser("run", parents=[common], help="train the cells that have no raw file yet")
+    r.add_argument("--max-seconds", type=float, help="per-run budget from build (default: BUDGET_S by task)")
+    r.add_argument("--rerun", action="store_true", help="train the cells that are done too, replacing their files")
+    # absolute, not resolved: a peer runs in a temporary folder, and a venv's python is a symlink into the venv
+    r.add_argument("--peers-python", type=lambda p: Path(os.path.abspath(p)), default=vs_peers.DEFAULT_PEERS_PYTHON)
+    args = parser.parse_args(argv)
+    try:
+        cells = plan(args.suite, args.tasks, args.systems, args.seeds, args.results)
+    except BadInput as err:
+        print(f"suite.py: {err}", file=sys.stderr)
+        return 2
+    return {"list": cmd_list, "run": cmd_run}[args.command](args, cells)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

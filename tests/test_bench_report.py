@@ -1,0 +1,164 @@
+"""The rliable-protocol report and the suite runner, on raw files written here: no training.
+benchmarks/report.py must regenerate only its section of a page, with the IQM computed as an
+independent trimmed mean gives it, the same bytes every time; benchmarks/suite.py must refuse an
+unknown suite in one line and skip a cell whose raw file exists."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scipy.stats import trim_mean
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+BEGIN, END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"
+HEAD = "# A page\n\nText before the report, kept as it is.\n\n"
+TAIL = "\n\n## After the report\n\nText after it, kept too.\n"
+BUDGET = 300.0
+#: system -> (time-to-solve by seed, None: unsolved within the budget)
+TIMES = {"tianji": [52.5, 61.0, 78.25], "sb3": [104.0, 139.5, None]}
+
+
+@pytest.fixture
+def suite(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # suite.py imports vs_peers from beside it
+    spec = importlib.util.spec_from_file_location("suite", BENCH / "suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _episodes(solve_s: float | None, with_steps: bool) -> list[list[float]]:
+    """150 episodes over the run, returns rising to 500 (the last 100 reach CartPole's 475 at the solve
+    time), or to 300 for a run that does not solve."""
+    end = solve_s or BUDGET
+    rows, steps = [], 0
+    for i in range(150):
+        ret = min(500.0, 20 + i * 10.0) if solve_s else min(300.0, 20 + i * 2.0)
+        steps += int(ret)
+        rows.append([round(end * (i + 1) / 150, 3), ret, *([steps] if with_steps else [])])
+    return rows
+
+
+def _raw(system: str, seed: int, solve_s: float | None) -> dict:
+    """One raw file's content as suite.py writes it."""
+    ours = system == "tianji"
+    episodes = _episodes(solve_s, with_steps=ours)
+    run = {"system": system, "task": "cartpole_ppo", "seed": seed, "solved": solve_s is not None,
+           "time_to_solve_s": solve_s, "max_seconds": BUDGET, "wall_s": solve_s or BUDGET, "env_steps": 60_000,
+           "episodes": len(episodes), "env_steps_per_s": 60_000 / (solve_s or BUDGET), "error": None,
+           "stop_reason": "solved" if solve_s else "max_seconds"}
+    return {"suite": "cartpole", "task": "cartpole_ppo", "system": system, "seed": seed, "settings": "tuned",
+            "max_seconds": BUDGET, "utc": "2026-12-01T10:00:00Z",
+            "commit": {"sha": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
+            "machine": {"cpu_model": "test CPU", "cores": 2, "memory_gib": 8.0, "platform": "Linux"},
+            "versions": {"python": "3.11", "torch": "2.13.0"}, "run": run,
+            "episode_fields": ["seconds_since_built", "return", *(["env_steps"] if ours else [])],
+            "episodes": episodes, "throughput_per_s": [200] * int(solve_s or BUDGET) if ours else None}
+
+
+@pytest.fixture
+def page(tmp_path, suite):
+    results = tmp_path / "results"
+    for system, times in TIMES.items():
+        for seed, t in enumerate(times):
+            path = suite.cell_path(results, "cartpole_ppo", system, seed)
+            suite.write_atomically(path, suite._dumps(_raw(system, seed, t)))
+    doc = tmp_path / "docs" / "page.md"
+    doc.parent.mkdir()
+    doc.write_text(f"{HEAD}{BEGIN}\nhand-written, to be replaced\n{END}{TAIL}")
+    return results, doc, tmp_path / "docs" / "images"
+
+
+def _report(results: Path, doc: Path, images: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / "report.py"), "--results", str(results), "--doc", str(doc),
+                           "--images", str(images), "--reps", "500", *extra],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def _row(section: str, system: str) -> list[str]:
+    line = next(line for line in section.splitlines() if line.startswith(f"| {system} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_report_writes_its_section_once_and_the_same_every_time(page):
+    results, doc, images = page
+    proc = _report(results, doc, images)
+    assert proc.returncode == 0, proc.stderr
+    text = doc.read_text()
+    assert text.startswith(HEAD + BEGIN + "\n") and text.endswith("\n" + END + TAIL)
+    section = text[len(HEAD + BEGIN):-len(END + TAIL)]
+    assert "hand-written" not in section and "### cartpole_ppo" in section
+    assert "Unsolved runs count at their budget (censored)" in section
+
+    header = _row(section, "system")
+    for system, times in TIMES.items():
+        cells = dict(zip(header, _row(section, system)))
+        solved = sum(t is not None for t in times)
+        assert cells["seeds"] == "3" and cells["solved"] == f"{solved}/3"
+        censored = [BUDGET if t is None else t for t in times]
+        iqm, low, high = map(float, re.fullmatch(r"(?:≥ )?([\d.]+) s \[([\d.]+), ([\d.]+)\]",
+                                                  cells["time-to-solve IQM [95% CI]"]).groups())
+        assert iqm == pytest.approx(trim_mean(censored, 0.25), abs=0.05)
+        assert low <= iqm <= high
+        # an unsolved run among the three the IQM keeps makes it a lower bound
+        assert cells["time-to-solve IQM [95% CI]"].startswith("≥") == (None in times)
+        assert cells["measured at"] == "0123456"
+    assert _row(section, "tianji")[header.index("P(tianji faster) [95% CI]")] == "reference"
+    assert _row(section, "sb3")[header.index("P(tianji faster) [95% CI]")].startswith("1.00 [")
+    assert "Env steps panel: tianji only" in section
+
+    figure = images / "suite-cartpole_ppo.png"
+    assert figure.read_bytes().startswith(b"\x89PNG")
+    assert "(images/suite-cartpole_ppo.png)" in section
+    before = (text, figure.read_bytes())
+    assert _report(results, doc, images).returncode == 0
+    assert (doc.read_text(), figure.read_bytes()) == before  # byte for byte
+
+    assert _report(results, doc, images, "--check").returncode == 0
+    doc.write_text(text.replace("3/3", "2/3"))
+    edited = doc.read_text()
+    check = _report(results, doc, images, "--check")
+    assert check.returncode == 1 and "out of date" in check.stderr
+    assert doc.read_text() == edited  # --check writes nothing
+
+
+def test_an_empty_results_folder_says_so_in_one_line(tmp_path):
+    doc = tmp_path / "page.md"
+    doc.write_text(f"{HEAD}{BEGIN}\n{END}{TAIL}")
+    assert _report(tmp_path / "nothing-here", doc, tmp_path / "images").returncode == 0
+    section = doc.read_text()[len(HEAD + BEGIN) + 1:-len(END + TAIL) - 1]
+    assert len(section.splitlines()) == 1 and "No suite runs" in section
+    assert not (tmp_path / "images").exists()
+
+
+def test_suite_refuses_an_unknown_suite_in_one_line():
+    proc = subprocess.run([sys.executable, str(BENCH / "suite.py"), "list", "no-such-suite"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "no-such-suite" in proc.stderr and "cartpole" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_suite_skips_a_cell_whose_file_exists(suite, tmp_path):
+    done = suite.cell_path(tmp_path, "cartpole_ppo", "sb3", 0)
+    suite.write_atomically(done, "{}\n")
+    cells = suite.plan("cartpole", results=tmp_path)
+    assert len(cells) == 2 * 2 * 5
+    # seed-major, the system order rotating from one seed to the next
+    assert [(c["task"], c["system"], c["seed"]) for c in cells[:6]] == [
+        ("cartpole_ppo", "tianji", 0), ("cartpole_ppo", "sb3", 0), ("cartpole_dqn", "tianji", 0),
+        ("cartpole_dqn", "sb3", 0), ("cartpole_ppo", "sb3", 1), ("cartpole_ppo", "tianji", 1)]
+    assert [c["path"] for c in cells if c["done"]] == [done]
+    todo = suite.pending(cells)
+    assert len(todo) == len(cells) - 1 and all(c["path"] != done for c in todo)
+    assert len(suite.pending(cells, rerun=True)) == len(cells)
+    some = suite.plan("cartpole", tasks=["cartpole_dqn"], seeds=[2], results=tmp_path)
+    assert [(c["system"], c["seed"]) for c in some] == [("tianji", 2), ("sb3", 2)]
+    with pytest.raises(suite.BadInput, match="system rllib not in suite 'cartpole'"):
+        suite.plan("cartpole", systems=["rllib"], results=tmp_path)
