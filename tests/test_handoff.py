@@ -48,24 +48,26 @@ def test_a_learner_lifetime_with_a_client_given_is_refused(tianji_client, tmp_pa
         Run("cartpole_ppo", tianji_client, out=tmp_path / "run", overrides={"cluster.learner_lifetime": "55m"})
 
 
-MAX_UPDATES = 14_000
+RUN_S = 45  # three 15 s lifetimes: at least two handoffs, whatever the machine's speed
 
 
 @pytest.mark.slow
 def test_a_learner_handed_off_twice_trains_to_its_budget_with_every_chunk_accounted_for(tmp_path):
     # a 15 s lifetime on the embedded cluster: each learner worker process is replaced a few
     # seconds before it ends (its successor started a quarter of the lifetime ahead, the drain
-    # 5 s ahead), and the run trains to a fixed number of updates across the handoffs
+    # 5 s ahead), and the run trains to its time budget across the handoffs (a budget of updates
+    # was reached before the second handoff on a fast machine)
     run = Run("cartpole_dqn", out=tmp_path / "handoff", overrides={
         "cluster.dashboard_address": None, "cluster.learner_lifetime": "15s", "stop.on_solve": False,
-        "stop.max_updates": MAX_UPDATES, "stop.max_seconds": 240, "checkpoint.every_versions": None})
+        "stop.target_return": None, "stop.max_env_steps": None, "stop.max_seconds": RUN_S,
+        "checkpoint.every_versions": None})
     results = run.start().wait(timeout=300)
-    assert results["stop_reason"] == "max_updates" and results["error"] is None, results["error"]
-    assert results["updates"] >= MAX_UPDATES and results["final_version"] >= MAX_UPDATES
+    assert results["stop_reason"] == "max_seconds" and results["error"] is None, results["error"]
     handoffs = [r for r in results["learner_restarts"] if r["cause"] == "lifetime"]
     assert len(handoffs) >= 2 and len(handoffs) == len(results["learner_restarts"]), results["learner_restarts"]
     versions = [h["version"] for h in handoffs]
     assert versions == sorted(versions) and len(set(versions)) == len(versions)  # each went on from the last
+    assert results["final_version"] > versions[-1], (results["final_version"], versions)
     workers = [h["worker"] for h in handoffs] + [handoffs[-1]["new_worker"]]
     assert len(set(workers)) == len(workers)  # every learner on a fresh worker
     for h in handoffs:
