@@ -216,7 +216,8 @@ def test_page_follows_the_newest_run_until_one_is_picked():
     assert shown(asked) == ("ra", "ra", ["rb", "ra"], 1, [0])
     picked.select.value = "ra"  # the user picks a run in the selector
     picked.update()
-    assert shown(picked) == ("ra", "ra", ["rb", "ra"], 1, [0]) and picked.note.text == "run ra"
+    assert shown(picked) == ("ra", "ra", ["rb", "ra"], 1, [0])
+    assert picked.note.text == "run ra &middot; staleness target 1: settling"  # the target, and how it goes
     begin("rc", 3)
     for page in (following, picked, asked):
         page.update()
