@@ -8,7 +8,14 @@ from conftest import settle
 
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller import StalenessController
-from tianji_dask.dataflow.law import WindowLaw, replay_gate
+from tianji_dask.dataflow.law import (
+    REPLAY_CEILING_MARGIN,
+    REPLAY_MAX_STEP,
+    REPLAY_PERIOD_S,
+    ReplayLaw,
+    WindowLaw,
+    replay_gate,
+)
 from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.run import Run
 
@@ -102,6 +109,74 @@ def test_replay_gate():
     assert not replay_gate(16.0, 16 * 10_000, 10_000, 1, 256, warm=True)
     assert replay_gate(16.0, 16 * (10_000 + 256), 10_000, 1, 256, warm=True)
     assert replay_gate(None, 0, 10_000, 5, 256, warm=True)
+
+
+def _replay_plant(law: ReplayLaw, k: float, periods: int, t0: float = 0.0) -> float:
+    """Report to the law, twice a second, the replay staleness its ratio makes (s = k rho: a
+    full buffer's C/2 env steps of age at rho / B versions per env step)."""
+    t = t0
+    for _ in range(int(periods * REPLAY_PERIOD_S / 0.5)):
+        t += 0.5
+        law.observe(t, k * law.rho)
+    return t
+
+
+@pytest.mark.parametrize("target,k", [(500.0, 50.0), (150.0, 10.0), (300.0, 40.0)])
+def test_replay_law_settles_at_its_target(target, k):
+    law = ReplayLaw([6.0, 24.0], target=target, gain=0.5)
+    assert law.rho == 12.0 and law.verdict == {"state": "settling", "reason": None}  # the band's geometric middle
+    factors, t = [], 0.0
+    for _ in range(30):
+        before = law.rho
+        t = _replay_plant(law, k, periods=1, t0=t)
+        factors.append(law.rho / before)
+    assert law.rho == pytest.approx(target / k, rel=0.02) and law.verdict == {"state": "held", "reason": None}
+    assert max(factors) <= REPLAY_MAX_STEP + 1e-9 and min(factors) >= 1 / REPLAY_MAX_STEP - 1e-9  # bounded steps
+    floor, ceiling = law.bounds()  # the gate's floor at rho, the learner's ceiling a margin above it
+    assert floor == pytest.approx(law.rho) and ceiling == pytest.approx(law.rho * REPLAY_CEILING_MARGIN)
+
+
+def test_replay_law_says_why_a_target_is_out_of_reach_at_either_edge_of_the_band():
+    law = ReplayLaw([6.0, 24.0], target=10_000.0)  # 50 versions per unit of ratio: even 24 is too fresh
+    _replay_plant(law, 50.0, periods=2)
+    assert law.verdict["state"] == "settling"  # not at its ceiling long enough to say
+    _replay_plant(law, 50.0, periods=10, t0=100.0)
+    assert law.rho == 24.0 and law.verdict["state"] == "unreachable"
+    assert "replay_ratio's max 24" in law.verdict["reason"] and "raise that max" in law.verdict["reason"]
+    assert law.bounds() == (24.0 / REPLAY_CEILING_MARGIN, 24.0)  # the floor gives way, the ceiling stays in the band
+    law.configure(target=10.0)  # now even the fewest samples trained per env step are too stale
+    _replay_plant(law, 50.0, periods=12, t0=200.0)
+    assert law.rho == 6.0 and law.verdict["state"] == "unreachable" and "replay_ratio's min 6" in law.verdict["reason"]
+    law.configure(target=None)
+    assert law.verdict == {"state": "off", "reason": None}
+
+
+def test_replay_law_without_target_applies_the_band_as_it_is():
+    law = ReplayLaw([6.0, 24.0])
+    _replay_plant(law, 50.0, periods=5)
+    assert law.bounds() == (6.0, 24.0) and law.rho == 12.0 and law.verdict == {"state": "off", "reason": None}
+    assert law.last == pytest.approx(600.0)  # it still measures
+    assert ReplayLaw(None, target=5.0).bounds() == (None, None)  # no band: no pacing
+
+
+def test_books_hold_a_replay_target_through_the_band_and_owe_each_env_step_its_floor():
+    ctl = StalenessController()
+    ctl.begin("r", {"window": 2, "replay_ratio": [8, 32], "replay_staleness_target": 100.0}, chunk_env_steps=100)
+    books = ctl.books("r")
+    assert books.params().rho_max == 16 * REPLAY_CEILING_MARGIN and books.rho_min == 16  # rho starts at 16
+    assert ctl.state("r")["replay_target_verdict"] == {"state": "settling", "reason": None}
+    prog = {"env_steps": 1000, "samples_trained": 16_000, "warm": True}
+    for i in range(6):  # the learner reports 400 versions: too stale, so the ratio comes down
+        ctl.cycle("r", progress=prog, learner_status={"replay_staleness_recent_mean": 400.0})
+        books.replay_law.p_t -= REPLAY_PERIOD_S  # a control period has passed
+    assert books.rho_min == 8 and books.params().rho_max == 8 * REPLAY_CEILING_MARGIN
+    # the 1,000 env steps booked at 16 still owe 16 each; only new ones owe the new floor of 8
+    reply = ctl.cycle("r", progress={**prog, "env_steps": 1100}, want=["tianji-explore-r-0"])
+    assert books.samples_owed == 16_000 + 8 * 100 and reply["granted"] == [] and reply["ask_again_at_samples"] == 16_800
+    state = ctl.configure("r", replay_staleness_target=None)
+    assert state["replay_target_verdict"] == {"state": "off", "reason": None} and books.params().rho_max == 32
+    with pytest.raises(ValueError, match="^replay_staleness_target: needs a replay_ratio band"):
+        ctl.configure("r", replay_ratio=None, replay_staleness_target=50)
 
 
 def test_auto_replay_ratio_is_half_to_double_the_algorithms_own():
@@ -303,6 +378,7 @@ def test_configure_moves_the_target_and_switches_filters():
     ({"controller.window": 1, "algo.config.segments_per_batch": 3},
      "controller.window: must be >= 3, the chunks one ppo update needs"),
     ({"controller.replay_ratio": [1, 2]}, "controller.replay_ratio: ppo does not replay"),
+    ({"controller.replay_staleness_target": 50}, "controller.replay_staleness_target: ppo does not replay"),
 ])
 def test_window_below_one_update_is_refused(overrides, message):
     with pytest.raises(PipelineError, match=message):
@@ -439,6 +515,20 @@ def test_replay_ratio_band_paces_explorers(tianji_client, tmp_path):
     chunk = run.pipeline.chunk_steps * run.pipeline.env.num_envs
     assert lo * (prog["env_steps"] - 2 * chunk) / prog["env_steps"] <= rho <= hi
     assert ctrl["refused_replay_ratio"] > 0  # explorers were held back, not the learner
+
+
+@pytest.mark.slow
+def test_a_replay_staleness_target_moves_the_replay_ratio_within_the_band(tianji_client, tmp_path):
+    run = Run("cartpole_dqn", tianji_client, out=tmp_path / "replay-target", overrides={
+        "stop.target_return": None, "stop.max_seconds": 10, "controller.replay_staleness_target": 500})
+    results = run.start().wait()
+    summary = results["replay_staleness_versions"]
+    assert set(summary) == {"mean", "mean_second_half", "p95"} and 0 < summary["mean"] <= summary["p95"]
+    ctrl = results["controller"]
+    assert ctrl["replay_staleness_target"] == 500 and ctrl["replay_staleness_last_period"] is not None
+    assert ctrl["replay_target_verdict"]["state"] in ("settling", "held", "unreachable")  # judged, not off
+    lo, hi = ctrl["replay_ratio"]
+    assert lo <= ctrl["replay_ratio_effective"] <= hi
 
 
 def test_explorer_errors_return_their_credits(tianji_client, tmp_path):

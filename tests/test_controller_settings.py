@@ -14,13 +14,14 @@ from tianji_dask.run import Run
 
 #: a value each live setting may take on cartpole_ppo's books (one chunk per update)
 GOOD = {"window": 3, "staleness_target": 2.0, "window_min": 2, "window_max": 8, "gain": 0.3, "replay_ratio": [1, 2],
-        "max_staleness": 4}
+        "replay_staleness_target": 50.0, "max_staleness": 4}
 BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt"}
 
 
 def _books():
+    """Books with a replay-ratio band (a replay staleness target needs one to move the ratio within)."""
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2, "window_min": 1, "window_max": 16})
+    ctl.begin("r", {"window": 2, "window_min": 1, "window_max": 16, "replay_ratio": [4, 8]})
     return ctl
 
 
@@ -65,7 +66,8 @@ def test_the_live_settings_are_exactly_what_run_configure_and_the_books_accept()
 @pytest.mark.parametrize("settings", [
     {"window": 0}, {"window_min": 0}, {"window_max": 0}, {"staleness_target": -1}, {"gain": 3}, {"gain": 0},
     {"max_staleness": -2}, {"replay_ratio": [4, 2]}, {"replay_ratio": [0, 0]}, {"window": 2.5},
-    {"window_min": 5, "window_max": 2},
+    {"window_min": 5, "window_max": 2}, {"replay_staleness_target": 5, "replay_ratio": None},
+    {"replay_staleness_target": -1},
 ])
 def test_a_rule_broken_live_and_in_a_pipeline_reads_the_same_line(settings):
     with pytest.raises(ValueError) as live:

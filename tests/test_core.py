@@ -73,6 +73,22 @@ def test_the_core_counts_versions_and_stops_by_its_rules():
     assert set(r["learner_time"]["seconds"]) >= {"learn", "ingest", "other"}
 
 
+def test_the_core_reports_replay_staleness_for_replaying_algorithms_only():
+    dqn = {"hidden": [8], "learning_starts": 64, "batch_size": 16, "updates_per_env_step": 0.5}
+    core = core_of(StopRules(max_updates=40), algo="dqn", config=dqn)
+    feed(core, Rollout("CartPole-v1", 4, seed=0), 40)
+    per_update = core.ledger.replay_staleness.all()[:, 0]
+    # the version at the update (before it) minus the mean policy version of the batch it trained on
+    assert len(per_update) == 40 and per_update[-1] == 39 - core.ledger.last_metrics["batch_policy_version"]
+    assert (per_update >= 0).all() and per_update[-1] > 0
+    assert core.status()["replay_staleness_recent_mean"] == pytest.approx(per_update[-40:].mean())
+    summary = core.finish().results["replay_staleness_versions"]
+    assert summary["mean"] == pytest.approx(per_update.mean()) and set(summary) == {"mean", "mean_second_half", "p95"}
+    ppo = core_of(StopRules(max_updates=1))
+    feed(ppo, Rollout("CartPole-v1", 4, seed=0), 1)
+    assert ppo.status()["replay_staleness_recent_mean"] is None and ppo.finish().results["replay_staleness_versions"] is None
+
+
 def test_a_dropped_chunk_is_counted_and_its_episodes_still_count():
     core = core_of(StopRules(max_updates=1))
     chunk = Rollout("CartPole-v1", 4, seed=0).run(core.algo, 64, {}, policy_version=0, explorer_id=0)

@@ -1,5 +1,6 @@
 """Prioritized replay: the sum tree, sampling in proportion to priorities, importance weights,
-priority updates from DQN's TD errors, checkpoints, and a PER DQN learning CartPole."""
+priority updates from DQN's TD errors, checkpoints, and a PER DQN learning CartPole; replay
+staleness: each transition's policy version, and the batch's mean each update reports."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ import numpy as np
 import pytest
 import torch
 from test_algos import ACT, OBS, hand_chunk
+from test_continuous import BOX, box_chunk
 
 from tianji_dask.algos.dqn import DQN, DQNConfig
-from tianji_dask.algos.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from tianji_dask.algos.replay import VERSION, PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from tianji_dask.algos.sac import SAC, SACConfig
+from tianji_dask.config import StopConfig
 from tianji_dask.core import checkpoint
+from tianji_dask.core.ledger import Ledger
+from tianji_dask.core.stop import StopRules
 from tianji_dask.run import Run
 
 
@@ -164,7 +170,7 @@ def test_uniform_replay_stays_the_default():
     assert type(algo.replay) is ReplayBuffer and not DQNConfig().prioritized
     filled = DQN(OBS, ACT, DQNConfig(learning_starts=10, batch_size=8, updates_per_env_step=1.0), seed=0)
     filled.ingest(hand_chunk(T=20, N=2, seed=1), staleness=0)
-    assert set(filled.learn()) == {"loss", "q_mean", "samples"}
+    assert set(filled.learn()) == {"loss", "q_mean", "samples", "batch_policy_version"}
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
@@ -191,6 +197,63 @@ def test_dqn_per_checkpoint_round_trip_resumes_identically(tmp_path):
     assert (c.replay.max_priority, c.per_beta()) == (a.replay.max_priority, a.per_beta()) and c.replay.max_priority > 1.0
     c.ingest(hand_chunk(T=20, N=3, seed=5), staleness=0)
     np.testing.assert_allclose(c.replay.tree.values(np.arange(len(c.replay))), a.replay.max_priority**0.6)
+
+
+# ---- replay staleness ----------------------------------------------------------------------------
+def replaying(name: str, **cfg):
+    """A tiny DQN (uniform or prioritized) or SAC whose replay holds 20 transitions from each of
+    three chunks, made by policy versions 0, 3 and 7."""
+    if name == "sac":
+        algo = SAC(OBS, BOX, SACConfig(**{"hidden": (8,), "learning_starts": 10, "batch_size": 16,
+                                          "updates_per_env_step": 1.0, **cfg}), seed=0)
+        chunks = [box_chunk(T=10, N=2, seed=i, done_p=0.0) for i in range(3)]
+    else:
+        algo = DQN(OBS, ACT, DQNConfig(**{"hidden": (8,), "learning_starts": 10, "batch_size": 16, "updates_per_env_step": 1.0,
+                                          "prioritized": name == "dqn_per", **cfg}), seed=0)
+        chunks = [hand_chunk(T=10, N=2, seed=i) for i in range(3)]
+    for version, chunk in zip((0, 3, 7), chunks):
+        algo.ingest({**chunk, "policy_version": version}, staleness=0)
+    return algo
+
+
+@pytest.mark.parametrize("name", ["dqn", "dqn_per", "sac"])
+def test_replayed_transitions_keep_their_policy_version_and_an_update_reports_its_batchs_mean(name):
+    algo = replaying(name)
+    versions = algo.replay.storage[VERSION][:len(algo.replay)]
+    np.testing.assert_array_equal(versions, np.repeat([0, 3, 7], 20))  # each row, its chunk's version
+    seen = set()
+    for _ in range(4):
+        before = copy.deepcopy(algo)  # same replay RNG (and priorities): draws the indices learn() will draw
+        idx = before.replay.sample_indices(16)
+        metrics = algo.learn()
+        assert metrics["batch_policy_version"] == pytest.approx(versions[idx].mean())
+        seen.add(metrics["batch_policy_version"])
+    assert len(seen) > 1  # each batch its own
+
+
+def test_a_checkpoint_whose_replay_has_no_versions_loads_them_as_the_checkpoints_own(tmp_path):
+    a = replaying("dqn", checkpoint_replay=True)
+    for _ in range(5):
+        a.learn()
+    state = a.state_dict()
+    del state["replay"]["storage"][VERSION]  # as written before transitions kept their versions
+    path = checkpoint.save(tmp_path, {"version": a.updates, "algo": state})
+    b = DQN(OBS, ACT, a.config, seed=0)
+    b.load_state_dict(checkpoint.load(path)["algo"])
+    # their age is unknown: counted as made by the checkpoint's policy (version 5), and read as such
+    assert len(b.replay) == 60 and (b.replay.storage[VERSION][:60] == 5).all()
+    assert b.learn()["batch_policy_version"] == 5.0
+    b.ingest({**hand_chunk(T=10, N=2, seed=9), "policy_version": 6}, staleness=0)  # new rows keep their own
+    np.testing.assert_array_equal(b.replay.storage[VERSION][60:80], 6)
+    # nor did the learner's books then measure replay staleness: measured from the resume on
+    ledger = Ledger(StopRules.of(StopConfig(max_seconds=1, target_return=None)), t_run_start=0.0, t_process_start=0.0)
+    ledger.record_update({"samples": 16.0, "batch_policy_version": 1.5}, 0.01, version=4)
+    old = ledger.state_dict()
+    del old["replay_staleness"]
+    ledger.load_state_dict(old)
+    assert ledger.results(5)["replay_staleness_versions"] is None and ledger.status(5)["replay_staleness_recent_mean"] is None
+    ledger.record_update({"samples": 16.0, "batch_policy_version": 4.0}, 0.01, version=5)
+    assert ledger.results(6)["replay_staleness_versions"] == {"mean": 1.0, "mean_second_half": 1.0, "p95": 1.0}
 
 
 # ---- learning ----------------------------------------------------------------------------------

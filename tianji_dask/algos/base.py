@@ -124,7 +124,9 @@ class Algorithm(ABC):
     @abstractmethod
     def learn(self) -> dict[str, float]:
         """One update. The learner's version goes +1 per call. Returns float metrics, including
-        ``samples`` (samples trained on by this call)."""
+        ``samples`` (samples trained on by this call) and, for algorithms that replay,
+        ``batch_policy_version``: the mean policy version of the samples trained on, from which
+        the learner reports replay staleness (its version at the update minus this)."""
 
     def chunks_per_update(self) -> int:
         """The fewest chunks one update needs: the window's lower bound in relaxed mode, as

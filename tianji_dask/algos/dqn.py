@@ -202,13 +202,11 @@ class DQN(ReplayPacing, Algorithm):
         c = self.config
         if self.optimizer is None:
             self._make_optimizer()
+        idx = self.replay.sample_indices(c.batch_size)
+        sample = self.replay.gather(idx)
         if c.prioritized:
-            idx = self.replay.sample_indices(c.batch_size)
-            sample = self.replay.gather(idx)
             beta = self.per_beta()
             sample["weights"] = self.replay.importance_weights(idx, beta)
-        else:
-            sample = self.replay.sample(c.batch_size)
         batch = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
         batch["obs"] = batch["obs"].float()
         batch["next_obs"] = batch["next_obs"].float()
@@ -224,7 +222,8 @@ class DQN(ReplayPacing, Algorithm):
         self.update_credit -= 1.0
         if self.updates % c.target_update_interval == 0:
             self.update_target()
-        metrics = {"loss": loss.item(), "q_mean": q.detach().mean().item(), "samples": float(c.batch_size)}
+        metrics = {"loss": loss.item(), "q_mean": q.detach().mean().item(), "samples": float(c.batch_size),
+                   "batch_policy_version": self.replay.mean_version(idx)}
         if c.prioritized:
             metrics["per_beta"] = beta
         return metrics
@@ -255,7 +254,9 @@ class DQN(ReplayPacing, Algorithm):
         self.update_credit = float(state["update_credit"])
         self.env_steps_past_warmup = int(state.get("env_steps_past_warmup", 0))
         self.rng.bit_generator.state = state["rng"]
-        self.replay.load_state_dict(state["replay"])
+        # transitions of a checkpoint written before they kept their policy versions: counted as the
+        # checkpoint's own policy's (their age is unknown; understated until they are overwritten)
+        self.replay.load_state_dict(state["replay"], missing_version=self.updates)
 
     # ---- export ------------------------------------------------------------------------
     def policy_module(self) -> torch.nn.Module:

@@ -148,7 +148,8 @@ class MADDPG(ReplayPacing, Algorithm):
         if self.actor_optimizer is None:
             self._make_optimizers()
         n, A = self.n_agents, self.n_actions
-        batch = {k: torch.from_numpy(v) for k, v in self.replay.sample(c.batch_size).items()}
+        idx = self.replay.sample_indices(c.batch_size)
+        batch = {k: torch.from_numpy(v) for k, v in self.replay.gather(idx).items()}
         obs = batch["obs"].float()  # (B, n, obs_dim)
         next_obs = batch["next_obs"].float()
         actions = F.one_hot(batch["actions"].long(), A).float()  # (B, n, A)
@@ -194,7 +195,8 @@ class MADDPG(ReplayPacing, Algorithm):
         self.updates += 1
         self.update_credit -= 1.0
         return {"critic_loss": critic_loss.item() / n, "actor_loss": actor_loss.item() / n,
-                "q_mean": q.detach().mean().item(), "samples": float(c.batch_size)}
+                "q_mean": q.detach().mean().item(), "samples": float(c.batch_size),
+                "batch_policy_version": self.replay.mean_version(idx)}
 
     def gumbel_noise(self, like: torch.Tensor) -> torch.Tensor:
         """Standard Gumbel noise shaped like ``like``, from the algorithm's own generator."""
@@ -239,4 +241,4 @@ class MADDPG(ReplayPacing, Algorithm):
         self.env_steps_past_warmup = int(state["env_steps_past_warmup"])
         self.rng.bit_generator.state = state["rng"]
         self.gumbel.set_state(state["gumbel"])
-        self.replay.load_state_dict(state["replay"])
+        self.replay.load_state_dict(state["replay"], missing_version=self.updates)  # as DQN's

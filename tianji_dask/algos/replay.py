@@ -5,6 +5,8 @@ A stored transition is (obs, action, reward, next_obs, discount) where ``reward`
 discounted return and ``discount`` is gamma**k for a k-step window that bootstraps from
 ``next_obs``, or 0 when the window ends on a terminated step. The TD target is therefore
 ``reward + discount * max_a Q(next_obs, a)`` whatever n, termination or truncation was.
+Each also keeps the policy version of the chunk that made it (``VERSION``), not trained on: what
+replay staleness is measured by (the versions between a sample's making and its training).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+#: each transition's column holding the policy version of the chunk that made it
+VERSION = "policy_version"
 
 
 def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray]:
@@ -21,7 +26,8 @@ def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray
     (terminated: no bootstrap; truncated: bootstrap from the true final observation obs[t+k+1]),
     or the chunk ends (bootstrap from obs[T]: chunks are self-contained, so windows never cross
     them and are shorter there). Invalid (autoreset) steps start no window. Rewards may carry
-    trailing dimensions, (T, N, n_agents) for per-agent rewards; each is summed alike.
+    trailing dimensions, (T, N, n_agents) for per-agent rewards; each is summed alike. Every
+    transition carries the chunk's ``policy_version`` (``VERSION``).
     """
     obs, actions, rewards = chunk["obs"], chunk["actions"], chunk["rewards"]
     terminated, truncated, valid = chunk["terminated"], chunk["truncated"], chunk["valid"]
@@ -48,6 +54,7 @@ def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray
         "rewards": ret[t_idx, env_idx].astype(np.float32),
         "next_obs": obs[end[t_idx, env_idx], env_idx],
         "discounts": discount[t_idx, env_idx],
+        VERSION: np.full(len(t_idx), chunk["policy_version"], dtype=np.int64),
     }
 
 
@@ -55,7 +62,9 @@ class ReplayBuffer:
     """Fixed-capacity ring buffer of transitions in preallocated numpy arrays.
 
     Arrays are allocated on the first ``add`` (shapes and dtypes come from the data), so an
-    instance that never receives data costs nothing.
+    instance that never receives data costs nothing. Beside the ``FIELDS`` trained on, each
+    transition keeps its policy version (``storage[VERSION]``, int64; 0 when a batch has none),
+    which ``gather`` leaves out and ``mean_version`` reads.
     """
 
     FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
@@ -76,6 +85,7 @@ class ReplayBuffer:
         self.storage = {
             k: np.empty((self.capacity, *batch[k].shape[1:]), dtype=batch[k].dtype) for k in self.FIELDS
         }
+        self.storage[VERSION] = np.zeros(self.capacity, dtype=np.int64)
 
     def add(self, batch: dict[str, np.ndarray]) -> int:
         """Append a batch of transitions (arrays with the same leading length); oldest are
@@ -85,28 +95,35 @@ class ReplayBuffer:
             return 0
         if self.storage is None:
             self._allocate(batch)
+        columns = {k: batch[k] for k in self.FIELDS}
+        columns[VERSION] = batch[VERSION] if VERSION in batch else np.zeros(n, dtype=np.int64)
         if n > self.capacity:  # only the newest fit
-            batch = {k: batch[k][n - self.capacity:] for k in self.FIELDS}
+            columns = {k: v[n - self.capacity:] for k, v in columns.items()}
             n = self.capacity
         first = min(n, self.capacity - self.pos)
-        for k in self.FIELDS:
-            self.storage[k][self.pos:self.pos + first] = batch[k][:first]
+        for k, v in columns.items():
+            self.storage[k][self.pos:self.pos + first] = v[:first]
             if first < n:
-                self.storage[k][: n - first] = batch[k][first:]
+                self.storage[k][: n - first] = v[first:]
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         return n
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
+        """Uniform draws (with replacement) of stored transitions' indices."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
         return self.rng.integers(0, self.size, size=batch_size)
 
     def gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         return {k: self.storage[k][idx] for k in self.FIELDS}
 
+    def mean_version(self, idx: np.ndarray) -> float:
+        """The mean policy version of the transitions at ``idx`` (a numpy mean: no device sync)."""
+        return float(self.storage[VERSION][idx].mean())
+
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """A uniform minibatch (with replacement)."""
-        if self.size == 0:
-            raise ValueError("cannot sample from an empty replay buffer")
         return self.gather(self.sample_indices(batch_size))
 
     def state_dict(self, include_data: bool = True) -> dict:
@@ -116,7 +133,9 @@ class ReplayBuffer:
                          storage={k: v[: self.size].copy() for k, v in self.storage.items()})
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, missing_version: int = 0) -> None:
+        """``missing_version``: the policy version given to every stored transition when the state
+        holds none (a checkpoint written before transitions kept theirs)."""
         if state["capacity"] != self.capacity:
             raise ValueError(f"replay capacity {state['capacity']} != {self.capacity}")
         self.rng.bit_generator.state = state["rng"]
@@ -125,6 +144,8 @@ class ReplayBuffer:
             size = state["size"]
             for k, v in state["storage"].items():
                 self.storage[k][:size] = v
+            if VERSION not in state["storage"]:
+                self.storage[VERSION][:size] = missing_version
             self.pos, self.size = state["pos"], size
 
 
@@ -240,8 +261,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             state["priorities"] = self.tree.values(np.arange(self.size))  # already ^alpha
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
+    def load_state_dict(self, state: dict, missing_version: int = 0) -> None:
+        super().load_state_dict(state, missing_version)
         self.max_priority = float(state["max_priority"])
         if "storage" in state:  # the storage was just allocated, with an empty tree
             self.tree.nodes[self.tree.leaves:self.tree.leaves + self.size] = state["priorities"]

@@ -232,7 +232,8 @@ class SAC(ReplayPacing, Algorithm):
         c = self.config
         if self.q_optimizer is None:
             self._make_optimizers()
-        sample = self.replay.sample(c.batch_size)
+        idx = self.replay.sample_indices(c.batch_size)
+        sample = self.replay.gather(idx)
         sample["obs"], sample["next_obs"] = self._obs(sample["obs"]), self._obs(sample["next_obs"])
         b = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
         b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()
@@ -259,7 +260,8 @@ class SAC(ReplayPacing, Algorithm):
         if self.obs_norm is not None:
             self.obs_norm.fold()  # the next version trains and acts with the observations ingested until now
         return {"critic_loss": critic_loss.item(), "q_mean": q1.mean().item(), "target_mean": target.mean().item(),
-                "alpha": float(self.alpha()), **self.actor_stats, "samples": float(c.batch_size)}
+                "alpha": float(self.alpha()), **self.actor_stats, "samples": float(c.batch_size),
+                "batch_policy_version": self.replay.mean_version(idx)}
 
     # ---- checkpoints ---------------------------------------------------------------------
     NETWORKS = ("actor", "qf1", "qf2", "qf1_target", "qf2_target", "temperature")
@@ -295,7 +297,7 @@ class SAC(ReplayPacing, Algorithm):
         self.noise_rng.bit_generator.state = state["noise_rng"]
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
-        self.replay.load_state_dict(state["replay"])
+        self.replay.load_state_dict(state["replay"], missing_version=self.updates)  # as DQN's
 
     # ---- export ------------------------------------------------------------------------
     def policy_module(self) -> torch.nn.Module:

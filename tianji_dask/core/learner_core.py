@@ -139,7 +139,7 @@ class LearnerCore:
         t0 = time.perf_counter()
         metrics = self.algo.learn()
         check_metrics(metrics, self.version)
-        self.ledger.record_update(metrics, time.perf_counter() - t0)
+        self.ledger.record_update(metrics, time.perf_counter() - t0, self.version)  # replay staleness at this version
         self.version += 1
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
@@ -212,7 +212,6 @@ class LearnerCore:
         ledger.request_stop("stopped")
         ledger.t_end = time.time()
         episodes, chunks = ledger.arrays()
-        ledger.discard_spill()  # the rows go out with the results
         results = ledger.results(self.version, arrays=(episodes, chunks), extra={
             "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(),
             "replay_progress": self.algo.replay_progress(),
@@ -221,6 +220,7 @@ class LearnerCore:
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(), **(extra or {}),
         })
+        ledger.discard_spill()  # the rows go out with the results (read for their summaries first)
         if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time
             results["callbacks"] = self.callbacks.end(dict(results))
         if self._tensorboard is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, staleness_summary
+from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, replay_staleness_summary, staleness_summary
 from tianji_dask.core.rows import Rows
 from tianji_dask.core.stop import StopRules
 
@@ -32,6 +32,9 @@ class Ledger:
         self.explorer_workers = explorer_workers
         self.episodes = self._rows("episodes", 4)  # (t_end, return, length, explorer_id)
         self.chunk_rows = self._rows("chunks", len(CHUNK_FIELDS))
+        # replaying algorithms: each update's replay staleness (version at the update minus the mean
+        # policy version of the samples it trained on)
+        self.replay_staleness = self._rows("replay_staleness", 1)
         self.lost: list[dict] = []
         self.evals: list[dict] = []  # evaluations: t, version, mean, std, episodes, returns
         self.dropped: dict[str, int] = {}  # chunks consumed but not trained on, by reason
@@ -112,11 +115,16 @@ class Ledger:
     def record_lost(self, key: str, explorer_id: int, reason: str) -> None:
         self.lost.append({"key": key, "explorer_id": explorer_id, "reason": reason})
 
-    def record_update(self, metrics: dict, seconds: float) -> None:
+    def record_update(self, metrics: dict, seconds: float, version: int = 0) -> None:
+        """One update made at learner ``version`` (before it); a replaying algorithm's metrics
+        name the mean policy version of its batch (``batch_policy_version``)."""
         self.updates += 1
         self.learn_s += seconds
         self.samples_trained += int(metrics.get("samples", 0))
         self.last_metrics = metrics
+        batch_version = metrics.get("batch_policy_version")
+        if batch_version is not None:
+            self.replay_staleness.append(version - batch_version)
 
     def timed(self, part: str) -> "_Timed":
         """Add the block's wall time to ``time_split[part]``: "ingest" (the algorithm taking
@@ -155,6 +163,7 @@ class Ledger:
             "explore_s": self.explore_s, "bytes": self.bytes, "recent_returns": list(self._recent_returns),
             "solved_s": None if self.solved_online_at is None else self.solved_online_at - self.t_run_start,
             "evals": self._evals_since_start(),
+            "replay_staleness": self.replay_staleness.all()[:, 0],
         }
 
     def load_state_dict(self, state: dict, now: float | None = None) -> None:
@@ -173,6 +182,8 @@ class Ledger:
         self._recent_returns.extend(state["recent_returns"])
         self.solved_online_at = None if state["solved_s"] is None else self.t_run_start + state["solved_s"]
         self.evals = [{**row, "t": row["t"] + self.t_run_start} for row in state.get("evals", [])]
+        # a checkpoint from before updates were measured so has none: the run's measure starts here
+        self.replay_staleness = self._rows("replay_staleness", 1, state.get("replay_staleness"))
 
     # ---- stopping -----------------------------------------------------------------------
     def check_stop(self, now: float | None = None) -> str | None:
@@ -190,6 +201,11 @@ class Ledger:
     def mean_return(self) -> float | None:
         return sum(self._recent_returns) / len(self._recent_returns) if self._recent_returns else None
 
+    def replay_staleness_recent(self) -> float | None:
+        """Mean replay staleness of the last 50 updates (None: no update replayed yet)."""
+        recent = self.replay_staleness.tail(50)
+        return float(recent.mean()) if len(recent) else None
+
     def status(self, version: int, now: float | None = None) -> dict:
         now = time.time() if now is None else now
         wall = max(now - self.t_run_start, 1e-9)
@@ -204,6 +220,7 @@ class Ledger:
             "elapsed_s": wall,
             "env_steps_per_s": self.env_steps / wall,
             "staleness_recent_mean": float(recent.mean()) if len(recent) else None,
+            "replay_staleness_recent_mean": self.replay_staleness_recent(),
             "solved": self.solved_online_at is not None,
             "stop_reason": self.stop_reason,
             "chunks_lost": len(self.lost),
@@ -225,6 +242,7 @@ class Ledger:
         """Remove the spill files, once the run's rows are in its final results."""
         self.episodes.discard()
         self.chunk_rows.discard()
+        self.replay_staleness.discard()
 
     def results(self, version: int, extra: dict | None = None, arrays: tuple | None = None) -> dict:
         """``arrays``: what ``arrays()`` returned, if the caller has it (it reads the spill files)."""
@@ -261,6 +279,7 @@ class Ledger:
             "learner_busy_fraction": self.learn_s / wall,
             "explorer_busy_fraction": self.explore_s / (wall * max(self.explorer_workers, 1)),
             "staleness_versions": staleness_summary(staleness),
+            "replay_staleness_versions": replay_staleness_summary(self.replay_staleness.all()[:, 0]),
             "age_s": age_summary(ages),
             "last_update_metrics": self.last_metrics,
             "startup": self.startup(),

@@ -46,6 +46,16 @@ def staleness_summary(staleness: np.ndarray) -> dict:
     }
 
 
+def replay_staleness_summary(per_update: np.ndarray) -> dict | None:
+    """Mean, mean over the run's second half of updates, and 95th percentile of replay staleness
+    (per update: version minus the mean policy version of the samples trained on); None for an
+    algorithm that does not replay (no update measured)."""
+    if per_update.size == 0:
+        return None
+    return {"mean": float(per_update.mean()), "mean_second_half": float(per_update[per_update.size // 2:].mean()),
+            "p95": float(np.percentile(per_update, 95))}
+
+
 def age_summary(ages: np.ndarray) -> dict:
     """Mean, 95th percentile and max of chunk ages (seconds from produced to consumed)."""
     return {

@@ -12,7 +12,7 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from tianji_dask.dataflow.law import WindowLaw, replay_gate, samples_needed
+from tianji_dask.dataflow.law import ReplayLaw, WindowLaw, replay_gate, samples_needed
 from tianji_dask.dataflow.messages import (
     ControllerParams,
     CycleReply,
@@ -65,8 +65,12 @@ class Books:
             law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
             w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", BY_NAME["gain"].default),
         )
-        rho = law.get("replay_ratio")
-        self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
+        self.replay_law = ReplayLaw(law.get("replay_ratio"), target=law.get("replay_staleness_target"),
+                                gain=law.get("gain", BY_NAME["gain"].default))
+        # samples the floor asks for the env steps booked so far, each at the floor in force when it
+        # came: a floor that moves asks its new ratio of new env steps only
+        self.samples_owed = 0.0
+        self._env_steps_booked = 0
         self.max_staleness = law.get("max_staleness")
         self.simulated = bool(law.get("simulated"))  # the explorers' env steps carry a simulated cost
         self.params_version = 0
@@ -106,6 +110,24 @@ class Books:
     def chunks_in_flight(self) -> int:
         return len(self.credited)
 
+    @property
+    def rho_min(self) -> float | None:
+        """The floor the replay-ratio gate admits by (the band's min, or the replay law's)."""
+        return self.replay_law.bounds()[0]
+
+    @property
+    def rho_max(self) -> float | None:
+        """The ceiling the learner trains up to (the band's max, or the replay law's)."""
+        return self.replay_law.bounds()[1]
+
+    def _book_env_steps(self, env_steps: int) -> None:
+        """Owe the floor's samples for the env steps reported since the last report."""
+        rho = self.rho_min or 0.0
+        new = env_steps - self._env_steps_booked
+        # fewer than booked: a learner rebuilt from an older checkpoint; its counts go on from there
+        self.samples_owed = rho * env_steps if new < 0 else self.samples_owed + rho * new
+        self._env_steps_booked = env_steps
+
     def params(self) -> ControllerParams:
         """What the learner applies on its side: how many chunks to ask for, the replay-ratio
         ceiling, the staleness filter."""
@@ -124,12 +146,14 @@ class Books:
         ``messages.CycleReply``: the keys granted, in the order asked, and the current settings.
         """
         now = time.time()
-        if learner_status:
-            self.learner_series.append({**learner_status, "t": now})
         if learner_version is not None:
             self.learner_version = int(learner_version)
         if progress:
+            self._book_env_steps(progress["env_steps"])  # at the floor they came under
             self.progress = progress
+        if learner_status:
+            self.learner_series.append({**learner_status, "t": now})
+            self.replay_law.observe(now, learner_status.get("replay_staleness_recent_mean"))
         staleness_seen, dropped_seen = [], 0
         for row in consumptions_from_wire(consumed):
             if row.key in self.credited:
@@ -158,7 +182,7 @@ class Books:
             if self.chunks_in_flight >= self.window:
                 break
             if not replay_gate(self.rho_min, prog["samples_trained"], prog["env_steps"], self.chunks_in_flight,
-                               self.chunk_env_steps, prog["warm"], prog.get("starving", False)):
+                               self.chunk_env_steps, prog["warm"], prog.get("starving", False), self.samples_owed):
                 self.refused_replay_ratio += 1
                 break
             if key.startswith(EXPLORE_PREFIX) and key not in self.credited:
@@ -173,7 +197,8 @@ class Books:
         prog = self.progress
         if self.rho_min is None or not prog["warm"]:
             return None
-        needed = samples_needed(self.rho_min, prog["env_steps"], self.chunks_in_flight, self.chunk_env_steps)
+        needed = samples_needed(self.rho_min, prog["env_steps"], self.chunks_in_flight, self.chunk_env_steps,
+                                self.samples_owed)
         return needed if prog["samples_trained"] < needed else None
 
     def settings(self) -> dict:
@@ -181,8 +206,8 @@ class Books:
         return {
             "window": self.window, "staleness_target": self.law.target, "window_min": self.law.w_min,
             "window_max": self.law.w_max, "gain": self.law.gain,
-            "replay_ratio": None if self.rho_min is None else [self.rho_min, self.rho_max],
-            "max_staleness": self.max_staleness,
+            "replay_ratio": None if self.replay_law.band is None else list(self.replay_law.band),
+            "replay_staleness_target": self.replay_law.target, "max_staleness": self.max_staleness,
         }
 
     def check(self, **settings) -> dict:
@@ -191,13 +216,14 @@ class Books:
         return check_live(settings, self.settings())
 
     def configure(self, **settings) -> dict:
-        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio or
-        max_staleness switches that part off; an omitted setting is left as it is)."""
+        """Change the law while a run goes on (``None`` for staleness_target, replay_ratio,
+        replay_staleness_target or max_staleness switches that part off; an omitted setting is
+        left as it is)."""
         new = self.check(**settings)
         self.law.configure(**{arg: new[name] for name, arg in LAW_ARGS.items() if name in new})
-        if "replay_ratio" in new:
-            rho = new["replay_ratio"]
-            self.rho_min, self.rho_max = (None, None) if rho is None else (float(rho[0]), float(rho[1]))
+        if new.keys() & {"replay_ratio", "replay_staleness_target", "gain"}:
+            self.replay_law.configure(band=new.get("replay_ratio", ...), target=new.get("replay_staleness_target", ...),
+                                  gain=new.get("gain"))
         if "max_staleness" in new:
             self.max_staleness = new["max_staleness"]
         self.params_version += 1
@@ -212,6 +238,9 @@ class Books:
             **self.settings(),
             "last_period": dict(self.law.last),
             "target_verdict": dict(self.law.verdict),
+            "replay_target_verdict": dict(self.replay_law.verdict),
+            "replay_ratio_effective": None if self.replay_law.target is None else self.replay_law.rho,
+            "replay_staleness_last_period": self.replay_law.last,
             "chunks_in_flight": self.chunks_in_flight,
             "learner_version": self.learner_version,
             "learner_lost": self.learner_lost,

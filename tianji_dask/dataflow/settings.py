@@ -58,11 +58,16 @@ SETTINGS: tuple[Setting, ...] = (
             {"ge": 0}, off=True),
     Setting("window_min", int | None, None, "default: the chunks one update needs", {"ge": 1}, floored=True),
     Setting("window_max", int | None, None, "default: max(16, 4 x explorers)", {"ge": 1}, floored=True),
-    Setting("gain", float, 0.5, "fraction of the staleness error corrected per control period", {"gt": 0, "le": 2}),
+    Setting("gain", float, 0.5, "fraction of the staleness error corrected per control period (the window's, and "
+            "the replay ratio's in log terms under replay_staleness_target)", {"gt": 0, "le": 2}),
     Setting("replay_ratio", tuple[float, float] | Literal["auto"] | None, "auto",
             "[min, max] samples trained per env step (replaying algorithms); auto: [r/2, 2r] for the algorithm's own "
             "ratio r; null: no pacing (the learner keeps to r)", off=True, live_kind=tuple[float, float] | None,
             rule=replay_band),
+    Setting("replay_staleness_target", float | None, None,
+            "mean replay staleness (versions from a sample's policy to the update that trains on it) to hold by moving "
+            "the replay ratio within replay_ratio's band (replaying algorithms); null: the band as it is",
+            {"ge": 0}, off=True),
     Setting("max_staleness", int | None, None, "drop (and count) chunks staler than this; null: keep all",
             {"ge": 0}, off=True),
 )
@@ -79,8 +84,16 @@ def window_order(values: dict) -> str | None:
     return None
 
 
+def replay_target_band(values: dict) -> str | None:
+    """A replay staleness target moves the replay ratio within its band: none, none to move."""
+    if values.get("replay_staleness_target") is not None and "replay_ratio" in values and values["replay_ratio"] is None:
+        return ("replay_staleness_target: needs a replay_ratio band to move the replay ratio within "
+                "(got replay_ratio null)")
+    return None
+
+
 #: the rules between settings, each giving its one line (None: kept)
-RULES: tuple[Callable[[dict], str | None], ...] = (window_order,)
+RULES: tuple[Callable[[dict], str | None], ...] = (window_order, replay_target_band)
 
 
 def model_fields() -> dict[str, tuple[Any, Any]]:

@@ -54,6 +54,9 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     progress = algo.replay_progress()
     if isinstance(c.replay_ratio, tuple) and progress is None:
         raise PipelineError(f"controller.replay_ratio: {p.algo.label} does not replay; remove replay_ratio")
+    if c.replay_staleness_target is not None and progress is None:
+        raise PipelineError(f"controller.replay_staleness_target: {p.algo.label} does not replay; "
+                            "remove replay_staleness_target (staleness_target holds its chunks' staleness)")
     replay_ratio = None
     if progress is not None and c.replay_ratio is not None:
         r = progress["ratio"]  # auto: [r/2, 2r] around the algorithm's own ratio

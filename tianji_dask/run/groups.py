@@ -21,12 +21,14 @@ def pool_status(statuses: list[dict], rules: StopRules, stop_reason: str | None)
         return sum(s.get(key) or 0 for s in statuses)
 
     known = [s["staleness_recent_mean"] for s in statuses if s.get("staleness_recent_mean") is not None]
+    replayed = [s["replay_staleness_recent_mean"] for s in statuses if s.get("replay_staleness_recent_mean") is not None]
     return {
         "version": min(s.get("version", 0) for s in statuses), "updates": total("updates"),
         "env_steps": total("env_steps"), "episodes": total("episodes"),
         "mean_return": sum(returns) / len(returns) if returns else None,
         "elapsed_s": max((s.get("elapsed_s") or 0) for s in statuses), "env_steps_per_s": total("env_steps_per_s"),
         "staleness_recent_mean": sum(known) / len(known) if known else None,
+        "replay_staleness_recent_mean": sum(replayed) / len(replayed) if replayed else None,
         "solved": rules.window_mean_solves(returns),
         "stop_reason": stop_reason or next((s["stop_reason"] for s in statuses if s.get("stop_reason")), None),
         "chunks_lost": total("chunks_lost"), "chunks_dropped": total("chunks_dropped"),
