@@ -2,7 +2,7 @@
 benchmarks/learner_roofline.py's cases, run in the peers' virtual environment (never imported by
 the project). Prints one JSON list: ``[{"case", "updates_per_s", "samples", "note"}, ...]``.
 
-    python benchmarks/peers/sb3_updates.py [--cases sac_256 dqn_minatar] [--updates 30] [--threads 1]
+    python benchmarks/peers/sb3_updates.py [--cases sac_256 dqn_minatar] [--updates 30] [--threads 1] [--device cpu]
 
 Each model is built with the case's network and batch, its buffer filled by ``learn()`` past its
 warm-up, then ``train()`` is timed: ``--updates`` gradient steps (DQN, SAC) or iterations of every
@@ -30,8 +30,9 @@ CASES = {
 }
 
 
-def measure(case: str, updates: int) -> dict:
+def measure(case: str, updates: int, device: str = "cpu") -> dict:
     import stable_baselines3 as sb3
+    import torch
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id, algo, kwargs, note = CASES[case]
@@ -46,13 +47,14 @@ def measure(case: str, updates: int) -> dict:
     env = make_vec_env(env_id, n_envs=n_envs, seed=0)
     cls = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo]
     if algo == "ppo":
-        model = cls("MlpPolicy", env, seed=0, **kwargs)
+        model = cls("MlpPolicy", env, seed=0, device=device, **kwargs)
         model.learn(total_timesteps=n_envs * kwargs["n_steps"])  # one rollout in the buffer, one iteration done
         samples = n_envs * kwargs["n_steps"] * kwargs["n_epochs"]
         step = model.train
     else:
         starts = 1000
-        model = cls("MlpPolicy", env, seed=0, learning_starts=starts, train_freq=1, gradient_steps=1, **kwargs)
+        model = cls("MlpPolicy", env, seed=0, learning_starts=starts, train_freq=1, gradient_steps=1, device=device,
+                    **kwargs)
         model.learn(total_timesteps=starts + 10)
         samples = kwargs["batch_size"]
 
@@ -63,6 +65,8 @@ def measure(case: str, updates: int) -> dict:
     for _ in range(updates):
         t0 = time.perf_counter()
         step()
+        if device != "cpu":  # to the update's last kernel
+            torch.cuda.synchronize()
         elapsed += time.perf_counter() - t0
     env.close()
     return {"case": case, "updates_per_s": updates / elapsed, "samples": samples, "note": note}
@@ -73,11 +77,12 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", nargs="+", default=list(CASES))
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    print(json.dumps([measure(case, args.updates) for case in args.cases if case in CASES]))
+    print(json.dumps([measure(case, args.updates, args.device) for case in args.cases if case in CASES]))
     return 0
 
 
