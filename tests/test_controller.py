@@ -65,6 +65,23 @@ def test_law_steps_are_bounded_and_clamped():
     assert law.window == 10  # nor above w_max
 
 
+def test_law_leaves_out_the_chunks_admitted_before_its_move():
+    # a plant with a whole window of dead time: each chunk measures the window in force when it
+    # was admitted, W chunks earlier (chunks queued behind 8 explorers at a window of 64)
+    law, t, version, queue = WindowLaw(64, target=32, w_min=1, w_max=128), 0.0, 0, []
+    moves = []
+    for _ in range(2000):
+        queue.append(law.window)  # admitted now, consumed a window later
+        if len(queue) <= law.window:
+            continue
+        t, version = t + 0.05, version + 1
+        admitted_under = queue.pop(0)
+        if law.observe(t, version, [admitted_under]):
+            moves.append(law.window)
+    assert abs(law.window - 32) <= 4, moves[-10:]  # settled at the target, not swinging around it
+    assert max(abs(w - 32) for w in moves[-5:]) <= 4, moves[-10:]
+
+
 def test_law_says_when_its_target_is_held_and_why_one_is_out_of_reach():
     law = WindowLaw(4, target=4, w_min=1, w_max=32)
     assert law.verdict == {"state": "settling", "reason": None}

@@ -23,7 +23,10 @@ class WindowLaw:
     consumed chunk (consumption vs production) and K the publish interval. Once per control
     period (at least W / 2 chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
     period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step
-    bounded to max(1, W / 2), the result clamped to [w_min, w_max]. Without a target W stays put.
+    bounded to max(1, W / 2), the result clamped to [w_min, w_max]. After a move the chunks already in flight (the old W)
+    are left out of the next period: admitted under the old window, they would measure it, and a
+    law acting on them overshoots once W exceeds the explorers (chunks queue behind their streams
+    and the dead time is a whole window). Without a target W stays put.
     ``verdict`` says after each period whether the target is held (within ``HOLD_TOLERANCE``),
     still settling, or out of reach, and why: a window at its floor that is still too stale, at
     its ceiling still too fresh, or a window held because the learner drops what a wider one
@@ -35,6 +38,7 @@ class WindowLaw:
         self.w_min, self.w_max, self.gain = int(w_min), int(w_max), float(gain)
         self.w = float(window if target is None else min(max(window, self.w_min), self.w_max))
         self._reset_period(None, 0)
+        self.p_skip = 0  # chunks still to leave out after a move (admitted under the window before it)
         self.last = {"staleness": None, "updates_per_chunk": None}
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
@@ -46,9 +50,18 @@ class WindowLaw:
     def _reset_period(self, t, version):
         self.p_t, self.p_version, self.p_chunks, self.p_staleness, self.p_dropped = t, version, 0, 0.0, 0
 
+    def _wait_out(self, chunks: int) -> None:
+        """Leave the next ``chunks`` consumed chunks out of the periods: they were admitted under
+        the window before the last move, so they measure it, not the new one."""
+        self.p_skip = max(int(chunks), 0)
+
     def observe(self, t: float, learner_version: int, staleness: list[int], dropped: int = 0) -> bool:
         """Feed a report's consumed staleness values (and how many of those chunks were dropped);
         True when W was adjusted."""
+        if self.p_skip:
+            self.p_skip = max(self.p_skip - len(staleness), 0)
+            self._reset_period(t, learner_version)  # the next period starts after them
+            return False
         if self.p_t is None:
             self._reset_period(t, learner_version)
         self.p_chunks += len(staleness)
@@ -71,7 +84,10 @@ class WindowLaw:
             step = 0.0
         self._judge(s, u, drop_frac, blocked)
         bound = max(1.0, self.w / 2)
+        before = self.window
         self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
+        if self.window != before:
+            self._wait_out(before)  # the loop's dead time: what is in flight still holds the old window
         return True
 
     def _judge(self, s: float, u: float, drop_frac: float, blocked: bool) -> None:
