@@ -38,7 +38,9 @@ class WindowLaw:
         self.w_min, self.w_max, self.gain = int(w_min), int(w_max), float(gain)
         self.w = float(window if target is None else min(max(window, self.w_min), self.w_max))
         self._reset_period(None, 0)
-        self.p_skip = 0  # chunks still to leave out after a move (admitted under the window before it)
+        # chunks still to leave out: after a move, those admitted under the window before it; at
+        # the start, the first window (all admitted at version 0, their staleness only the fill's)
+        self.p_skip = self.window if target is not None else 0
         self.last = {"staleness": None, "updates_per_chunk": None}
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
@@ -126,6 +128,7 @@ class WindowLaw:
             self.w = float(window)
         if self.target is not None:
             self.w = min(max(self.w, self.w_min), self.w_max)
+            self._wait_out(self.window)  # what is in flight was admitted under the settings before
         self._at_bound = 0
         self.verdict = {"state": "off" if self.target is None else "settling", "reason": None}
 
