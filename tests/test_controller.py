@@ -538,7 +538,14 @@ def test_replay_ratio_band_paces_explorers(tianji_client, tmp_path):
 def test_a_replay_staleness_target_moves_the_replay_ratio_within_the_band(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "replay-target", overrides={
         "stop.target_return": None, "stop.max_seconds": 10, "controller.replay_staleness_target": 500})
-    results = run.start().wait()
+    run.start()
+    deadline = time.time() + 60
+    while (live := run.status()).get("replay_staleness_target", {}).get("state") in (None, "off"):
+        assert time.time() < deadline and not live.get("done"), f"never judged live: {live.get('replay_staleness_target')}"
+        time.sleep(0.2)
+    assert live["replay_staleness_target"]["state"] in ("settling", "held", "unreachable")
+    assert live["staleness_target"] == {"state": "off", "reason": None}  # no window target here
+    results = run.wait()
     summary = results["replay_staleness_versions"]
     assert set(summary) == {"mean", "mean_second_half", "p95"} and 0 < summary["mean"] <= summary["p95"]
     ctrl = results["controller"]

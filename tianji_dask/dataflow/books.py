@@ -133,7 +133,9 @@ class Books:
         ceiling, the staleness filter."""
         return ControllerParams(window=self.window, rho_max=self.rho_max, max_staleness=self.max_staleness,
                                 params_version=self.params_version, target_state=self.law.verdict["state"],
-                                target_reason=self.law.verdict["reason"])
+                                target_reason=self.law.verdict["reason"],
+                                replay_target_state=self.replay_law.verdict["state"],
+                                replay_target_reason=self.replay_law.verdict["reason"])
 
     def cycle(self, consumed: dict | None = None, want: list | None = None, learner_version: int | None = None,
               progress: dict | None = None, learner_status: dict | None = None, workers_epoch: int = 0) -> dict:

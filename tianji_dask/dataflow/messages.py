@@ -64,7 +64,8 @@ class ControllerParams:
     to ask for), the replay-ratio ceiling (the algorithm stops updating above it), the staleness
     filter, a counter that changes whenever a client reconfigures the controller, and the window
     law's verdict on its staleness target (``WindowLaw.verdict``: off, settling, held or
-    unreachable, with the reason when unreachable), which the learner's status reports."""
+    unreachable, with the reason when unreachable) and the replay law's on its replay staleness
+    target (``ReplayLaw.verdict``), which the learner's status reports."""
 
     window: int
     rho_max: float | None = None
@@ -72,6 +73,8 @@ class ControllerParams:
     params_version: int = 0
     target_state: str = "off"
     target_reason: str | None = None
+    replay_target_state: str = "off"
+    replay_target_reason: str | None = None
 
     def to_wire(self) -> dict:
         return asdict(self)

@@ -56,10 +56,11 @@ class TianjiCollector:
             gauge("chunks_in_flight", "Explorer chunks admitted and not yet consumed", books.chunks_in_flight)
             gauge("window", "The controller's window (chunks in flight allowed)", books.window)
             gauge("staleness_target", "Staleness target (versions); NaN when off", books.law.target)
-            state = books.law.verdict["state"]
-            gauge("staleness_target_held", "1 while the last period held the target, 0 settling, -1 out of reach "
-                  "(the reason: the run's status); NaN when off",
-                  None if state == "off" else {"held": 1, "settling": 0, "unreachable": -1}[state])
+            for name, law in (("staleness_target_held", books.law), ("replay_staleness_target_held", books.replay_law)):
+                state = law.verdict["state"]
+                gauge(name, "1 while the last period held the target, 0 settling, -1 out of reach "
+                      "(the reason: the run's status); NaN when off",
+                      None if state == "off" else {"held": 1, "settling": 0, "unreachable": -1}[state])
             n = books.chunks_consumed
             family(SummaryMetricFamily, "staleness_versions", "Staleness of consumed chunks (versions)").add_metric(
                 labels, count_value=n, sum_value=books.staleness_sum)
