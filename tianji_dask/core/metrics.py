@@ -31,29 +31,25 @@ def time_to_solve(episodes: np.ndarray, target: float, window: int = 100) -> flo
     return float(t_end[hit[0] + window - 1]) if hit.size else None
 
 
+def _level(values: np.ndarray) -> dict:
+    """Mean, mean over the second half (in order: past the start's transient, a window or a replay
+    ratio still moving from its first value) and 95th percentile of a non-empty series."""
+    return {"mean": float(values.mean()), "mean_second_half": float(values[values.size // 2:].mean()),
+            "p95": float(np.percentile(values, 95))}
+
+
 def staleness_summary(staleness: np.ndarray) -> dict:
     if staleness.size == 0:
         return {"mean": None, "mean_second_half": None, "p95": None, "max": None, "hist": {}}
     values, counts = np.unique(staleness.astype(np.int64), return_counts=True)
-    return {
-        "mean": float(staleness.mean()),
-        # the chunks consumed in the run's second half, in order: the controller's steady state,
-        # past the start's transient (a window still moving from its first value)
-        "mean_second_half": float(staleness[staleness.size // 2:].mean()),
-        "p95": float(np.percentile(staleness, 95)),
-        "max": int(staleness.max()),
-        "hist": {str(int(v)): int(c) for v, c in zip(values, counts)},
-    }
+    return {**_level(staleness), "max": int(staleness.max()),
+            "hist": {str(int(v)): int(c) for v, c in zip(values, counts)}}
 
 
 def replay_staleness_summary(per_update: np.ndarray) -> dict | None:
-    """Mean, mean over the run's second half of updates, and 95th percentile of replay staleness
-    (per update: version minus the mean policy version of the samples trained on); None for an
-    algorithm that does not replay (no update measured)."""
-    if per_update.size == 0:
-        return None
-    return {"mean": float(per_update.mean()), "mean_second_half": float(per_update[per_update.size // 2:].mean()),
-            "p95": float(np.percentile(per_update, 95))}
+    """``_level`` of replay staleness (per update: version minus the mean policy version of the
+    samples trained on); None for an algorithm that does not replay (no update measured)."""
+    return _level(per_update) if per_update.size else None
 
 
 def age_summary(ages: np.ndarray) -> dict:

@@ -254,8 +254,8 @@ class Loop:
         if self.fusion is not None:
             status.update(group=self.spec.group, fusions=len(self.fusion.installed), waiting_for_fusion=self.fusion.waiting,
                           recent_episodes=core.ledger.episodes.tail(core.spec.stop.window)[:, :2].tolist())
-        status["window"] = self.admission.params.window
         params = self.admission.params
+        status["window"] = params.window
         status["staleness_target"] = {"state": params.target_state, "reason": params.target_reason}
         status["replay_staleness_target"] = {"state": params.replay_target_state, "reason": params.replay_target_reason}
         status["replay_ratio"] = core.replay_ratio()
