@@ -6,7 +6,7 @@ real), and hosts as network namespaces.
                                           [--variants dqn-ingest dqn impala] [--out benchmarks/results/scale_throughput]
     python benchmarks/scale.py stragglers [--explorers 8 16 32] [--jitter 0.5 1.0] [--step-cost-ms 1]
                                           [--pipeline cartpole_impala] [--seeds 0 1 2] [--out benchmarks/results/scale_stragglers]
-    python benchmarks/scale.py staleness  [--targets 1 2 4 8 16 64] [--explorers 8 32 64] [--step-cost-ms 1]
+    python benchmarks/scale.py staleness  [--targets 1 2 4 8 16 64] [--explorers 8 32 64] [--jitter 0 1.0] [--step-cost-ms 1]
                                           [--pipelines cartpole_impala cartpole_ppo] [--seeds 0 1 2]
                                           [--out benchmarks/results/scale_staleness]
     python benchmarks/scale.py hosts      [--hosts 1 2 4 8] [--explorers-per-host 8] [--step-cost-ms 2] [--seconds 20]
@@ -239,24 +239,27 @@ def staleness(args, argv) -> int:
     staleness of the run's second half (the controller's steady state, past the start's
     transient) within ±25% of the target; the whole run's mean is reported beside it."""
     rows = []
-    cells = [(pipe, n, target) for pipe in args.pipelines for n in args.explorers for target in args.targets]
+    cells = [(pipe, jitter, n, target) for pipe in args.pipelines for jitter in args.jitter for n in args.explorers
+             for target in args.targets]
     for seed in args.seeds:
-        for pipe, n, target in cells:
-            o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "controller.staleness_target": target,
+        for pipe, jitter, n, target in cells:
+            o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "env.step_cost_jitter": jitter,
+                 "controller.staleness_target": target,
                  "controller.window_max": max(4 * n, 2 * target), "cluster.explorer_threads": _explorer_threads(n),
                  **TARGET_OVERRIDES.get(pipe, lambda t: {})(target), **args.set}
             r = _run(pipe, o, seed, "relaxed", args.max_seconds)
-            row = {**_figures(r), "pipeline": pipe, "target": target, "verdict": _verdict(r),
+            row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
                    "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half")}
             rows.append(row)
-            print(f"seed {seed} {pipe} explorers {n} target {target}: staleness {row['staleness_mean']} "
+            print(f"seed {seed} {pipe} jitter {jitter:g} explorers {n} target {target}: staleness {row['staleness_mean']} "
                   f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
                   f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
-    lines = ["| pipeline | explorers | target | second-half mean staleness, median (by seed) | whole run | within ±25% "
-             "| controller's verdict | time-to-solve, median (s) | env steps/s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| pipeline | jitter | explorers | target | second-half mean staleness, median (by seed) | whole run "
+             "| within ±25% | controller's verdict | time-to-solve, median (s) | env steps/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     series = {}
-    for pipe, n, target in cells:
-        rs = [r for r in rows if (r["pipeline"], r["explorers"], r["target"]) == (pipe, n, target)]
+    for pipe, jitter, n, target in cells:
+        rs = [r for r in rows if (r["pipeline"], r["jitter"], r["explorers"], r["target"]) == (pipe, jitter, n, target)]
         s = _med(r["staleness_second_half"] for r in rs)
         whole = _med(r["staleness_mean"] for r in rs)
         tts = _med(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
@@ -264,12 +267,12 @@ def staleness(args, argv) -> int:
         held = s is not None and abs(s - target) <= 0.25 * target
         verdicts = sorted({r["verdict"]["state"] or "–" for r in rs})
         reasons = sorted({r["verdict"]["reason"] for r in rs if r["verdict"]["reason"]})
-        lines.append(f"| {pipe} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
+        lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
                      f"{'–' if whole is None else f'{whole:.1f}'} | {'yes' if held else '**no**'} | "
                      f"{'/'.join(verdicts)}{': ' + '; '.join(reasons) if reasons else ''} | {tts:.1f} | "
                      f"{_med(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:
-            series.setdefault(f"{pipe}, {n} explorers", []).append((target, s))
+            series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:
@@ -347,6 +350,8 @@ def main(argv=None) -> int:
     st.add_argument("--targets", nargs="+", type=int, default=[1, 2, 4, 8, 16, 64])
     st.add_argument("--explorers", nargs="+", type=int, default=[8, 32, 64])
     st.add_argument("--pipelines", nargs="+", default=["cartpole_impala", "cartpole_ppo"])
+    st.add_argument("--jitter", nargs="+", type=float, default=[0.0],
+                    help="per-chunk env cost jitter (stragglers), as in the stragglers subcommand")
     st.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     st.add_argument("--max-seconds", type=float, default=300)
     h = sub.add_parser("hosts", parents=[common])
