@@ -225,6 +225,10 @@ def test_page_follows_the_newest_run_until_one_is_picked():
         page.update()
     assert shown(following) == ("rc", "rc", ["rc", "rb", "ra"], 3, [0, 1, 2])  # a new run: the page follows it
     assert shown(picked)[:2] == shown(asked)[:2] == ("ra", "ra")  # a run picked stays
+    ctl.begin("rd", {"window": 2, "replay_ratio": [8, 32], "replay_staleness_target": 100.0}, chunk_env_steps=100)
+    replay = Panels(scheduler, PAGES["/tianji"], chosen="rd")
+    replay.update()
+    assert replay.note.text == "run rd &middot; replay staleness target 100: settling"  # a replay target's verdict too
 
 
 @pytest.mark.slow  # a real browser: the full suite (CI) runs it

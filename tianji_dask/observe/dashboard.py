@@ -50,6 +50,15 @@ TITLES = {
 }
 
 
+def _target_note(name: str, law) -> str:
+    """`` · NAME T: state (reason)`` for a law with a target, empty for one without."""
+    verdict = law.verdict
+    if verdict["state"] == "off":
+        return ""
+    reason = f" ({html.escape(verdict['reason'])})" if verdict["reason"] else ""
+    return f" &middot; {name} {law.target:g}: {verdict['state']}{reason}"
+
+
 class Panels:
     """The figures of one page, the run selector, and the incremental update that feeds them."""
 
@@ -150,10 +159,9 @@ class Panels:
         run = ctl.run(want)
         first = min(run.groups)
         books = run.groups[first]  # the run's first group's
-        verdict = books.law.verdict
         self.note.text = (f"run {want}" + ("" if self.chosen is not None else " (the newest; pick another above)")
-                          + ("" if verdict["state"] == "off" else f" &middot; staleness target {books.law.target:g}: "
-                             + verdict["state"] + (f" ({html.escape(verdict['reason'])})" if verdict["reason"] else "")))
+                          + _target_note("staleness target", books.law)
+                          + _target_note("replay staleness target", books.replay_law))
         groups, simulated = len(run.groups), books.simulated
         if (groups, simulated) != self.labels_shown:  # say whose books these are, and a simulated env cost
             self.labels_shown = (groups, simulated)
