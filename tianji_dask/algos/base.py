@@ -31,6 +31,10 @@ class Algorithm(ABC):
     #: checkpoints hold the replay's contents (the run's ``checkpoint.replay`` sets it before each
     #: write); algorithms that do not replay ignore it
     include_replay: bool = False
+    #: names of methods ``learner.compile`` may compile (core/compile.py): pure functions of their
+    #: tensor arguments and the modules' parameters, with the same shapes every update, drawing no
+    #: random numbers of their own; the first output is the loss the update differentiates
+    compilable: tuple[str, ...] = ()
 
     def __init__(self, obs_space, action_space, config: AlgoConfig, seed: int = 0):
         self.obs_space = obs_space

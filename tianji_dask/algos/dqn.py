@@ -92,6 +92,7 @@ class DQN(ReplayPacing, Algorithm):
     Config = DQNConfig
     on_policy = False
     device_types = ("cpu", "cuda")
+    compilable = ("loss",)
 
     def __init__(self, obs_space, action_space, config: DQNConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)

@@ -110,6 +110,7 @@ class SAC(ReplayPacing, Algorithm):
     Config = SACConfig
     on_policy = False
     device_types = ("cpu", "cuda")
+    compilable = ("critic_loss", "actor_loss")
 
     def __init__(self, obs_space, action_space, config: SACConfig, seed: int = 0):
         super().__init__(obs_space, action_space, config, seed)

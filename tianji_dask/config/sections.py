@@ -190,6 +190,15 @@ class LearnerConfig(StrictModel):
         "only; TLS keeps everything in Dask); null: never")
     device: str = Field("cpu", description="torch device of the learner's networks: cpu, cuda or cuda:N "
                         "(explorers always act on CPU; weights are published as CPU arrays)")
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="true/on, false/off or auto: torch.compile the algorithm's declared losses on a background thread while the learner "
+        "trains eager, swapped in once compiled and checked against eager; auto: on CUDA for runs without a time "
+        "budget under 120 s, eager on CPU (slower compiled here)")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, value):
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value  # YAML's on/off
 
     @field_validator("device")
     @classmethod

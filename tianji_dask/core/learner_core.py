@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from tianji_dask.core import checkpoint
+from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.replay_log import ReplayLog, weights_digest
@@ -50,6 +51,8 @@ class LearnerCore:
         self.spec = spec
         self.algo = spec.make_algo()
         self.algo.to_device(learner_device(spec.device))
+        mode, self.compile_why = resolve(spec.compile, self.algo, self.algo.device, spec.stop.max_seconds)
+        self.compiler = None if mode is None else BackgroundCompile(self.algo, mode)
         self.version = 0
         self.ledger = Ledger(spec.stop, t_run_start=time.time(), t_process_start=spec.t_process_start,
                              explorer_workers=spec.explorer_workers, rows_dir=spec.rows_dir)
@@ -137,7 +140,11 @@ class LearnerCore:
     def learn_once(self) -> None:
         """One update: a new version, on the books, checkpointed when one is due."""
         t0 = time.perf_counter()
+        if self.compiler is not None:
+            self.compiler.before_update()
         metrics = self.algo.learn()
+        if self.compiler is not None and self.compiler.after_update(self.version + 1) and self.replay_log is not None:
+            self.replay_log.not_replayable("the learner's losses were compiled (learner.compile)")
         check_metrics(metrics, self.version)
         self.ledger.record_update(metrics, time.perf_counter() - t0, self.version)  # replay staleness at this version
         self.version += 1
@@ -194,7 +201,13 @@ class LearnerCore:
 
     # ---- reading ----------------------------------------------------------------------------
     def status(self, now: float | None = None) -> dict:
-        return self.ledger.status(self.version, now)
+        return {**self.ledger.status(self.version, now), "learner_compile": self.compile_summary()["state"]}
+
+    def compile_summary(self) -> dict:
+        """``learner.compile``: off (and why), or how the background compilation went."""
+        if self.compiler is None:
+            return {"state": "off", "reason": self.compile_why}
+        return self.compiler.summary()
 
     def log_status(self, status: dict, force: bool = False) -> None:
         """TensorBoard scalars, when the run asked for them (at most once a second)."""
@@ -218,7 +231,8 @@ class LearnerCore:
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
             "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
-            "replay": None if self.replay_log is None else self.replay_log.meta(), **(extra or {}),
+            "replay": None if self.replay_log is None else self.replay_log.meta(),
+            "learner_compile": self.compile_summary(), **(extra or {}),
         })
         ledger.discard_spill()  # the rows go out with the results (read for their summaries first)
         if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time

@@ -35,6 +35,8 @@ class CoreSpec:
     t_process_start: float
     threads: int = 1
     device: str = "cpu"
+    #: ``learner.compile``: auto, on or off (core/compile.py)
+    compile: str = "off"
     explorer_workers: int = 1
     rows_dir: str | None = None
     checkpoint: CheckpointSettings | None = None

@@ -50,6 +50,9 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
             raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
                                 "tianji_dask does not install it")
     _check_device(p, algo, has_client)
+    if p.learner.compile == "on" and not getattr(algo, "compilable", ()):
+        raise PipelineError(f"learner.compile: on, but {p.algo.label} declares no losses to compile "
+                            "(Algorithm.compilable; the bundled sac and dqn do); use auto or off")
     _check_handoff(p, has_client)
     progress = algo.replay_progress()
     if isinstance(c.replay_ratio, tuple) and progress is None:

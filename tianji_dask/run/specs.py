@@ -54,6 +54,7 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         # in group mode the run, not each learner, judges the solve and the budgets, on all groups pooled
         stop=rules.for_group() if p.groups > 1 else rules,
         t_process_start=t_process_start, threads=p.learner.threads, device=p.learner.device,
+        compile=p.learner.compile,
         explorer_workers=explorer_workers,
         # written by the learner, so on the learner's machine for a remote cluster
         rows_dir=str(group_dirs(out, "rows", p.groups)[group].resolve()),
