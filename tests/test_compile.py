@@ -65,6 +65,16 @@ def test_compile_on_for_an_algorithm_without_compilable_losses_is_refused_before
     assert load_pipeline("cartpole_dqn", overrides={"learner.compile": True}).learner.compile == "on"  # YAML's on
 
 
+def test_compilable_naming_no_method_is_refused_before_any_cluster():
+    from tianji_dask.algos.dqn import DQN
+
+    class Typo(DQN):
+        compilable = ("los",)
+
+    with pytest.raises(PipelineError, match=r"^algo\.name: .*Typo\.compilable names 'los', which the class does not"):
+        check_pipeline(load_pipeline("cartpole_dqn", overrides={"algo.name": Typo}), has_client=False)
+
+
 @pytest.mark.slow  # torch.compile: seconds
 def test_compiled_loss_is_swapped_in_between_updates_and_matches_eager():
     toy, x = Toy(), torch.randn(8, 4)
