@@ -6,14 +6,21 @@ Pure functions and a small class, testable without a scheduler; ``books.py`` app
 
 from __future__ import annotations
 
+from collections import deque
+
 #: the window does not grow while more than this fraction of consumed chunks is dropped
 MAX_DROPPED_TO_GROW = 0.2
 #: the window moves at most once per this many seconds, and only after half a window of chunks
 CONTROL_MIN_PERIOD_S = 0.2
+#: and never on fewer chunks than this: one chunk's staleness is one draw (0, or a straggler's 7),
+#: and a law that acts on single draws wanders around a small target instead of settling on it
+MIN_PERIOD_CHUNKS = 4
 #: a target is held while a period's mean staleness is within this fraction of it
 HOLD_TOLERANCE = 0.25
 #: periods in a row at a bound, still off target, before the target is called out of reach
 UNREACHABLE_PERIODS = 3
+#: the window law's verdict reads the mean staleness of this many periods, not the last one alone
+VERDICT_PERIODS = 4
 
 
 class WindowLaw:
@@ -21,13 +28,14 @@ class WindowLaw:
 
     Model (docs/design.md, "Credits and the window law"): mean staleness ~ W x u + K/2, with u the learner's updates per
     consumed chunk (consumption vs production) and K the publish interval. Once per control
-    period (at least W / 2 chunks consumed and CONTROL_MIN_PERIOD_S seconds) the law measures the
+    period (at least W / 2 and MIN_PERIOD_CHUNKS chunks consumed, and CONTROL_MIN_PERIOD_S seconds) the law measures the
     period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step
     bounded to max(1, W / 2), the result clamped to [w_min, w_max]. After a move the chunks already in flight (the old W)
     are left out of the next period: admitted under the old window, they would measure it, and a
     law acting on them overshoots once W exceeds the explorers (chunks queue behind their streams
     and the dead time is a whole window). Without a target W stays put.
-    ``verdict`` says after each period whether the target is held (within ``HOLD_TOLERANCE``),
+    ``verdict`` says after each period whether the target is held (the mean of the last
+    ``VERDICT_PERIODS`` periods within ``HOLD_TOLERANCE``),
     still settling, or out of reach, and why: a window at its floor that is still too stale, at
     its ceiling still too fresh, or a window held because the learner drops what a wider one
     makes. Pure arithmetic: testable without a scheduler.
@@ -44,6 +52,7 @@ class WindowLaw:
         self.last = {"staleness": None, "updates_per_chunk": None}
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
+        self._recent = deque(maxlen=VERDICT_PERIODS)  # (staleness sum, chunks) of the last periods
 
     @property
     def window(self) -> int:
@@ -69,9 +78,9 @@ class WindowLaw:
         self.p_chunks += len(staleness)
         self.p_staleness += sum(staleness)
         self.p_dropped += dropped
-        if self.p_chunks < max(1, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
+        if self.p_chunks < max(MIN_PERIOD_CHUNKS, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
             return False
-        s = self.p_staleness / self.p_chunks
+        s, n = self.p_staleness / self.p_chunks, self.p_chunks
         u = max(learner_version - self.p_version, 0) / self.p_chunks
         drop_frac = self.p_dropped / self.p_chunks
         self.last = {"staleness": s, "updates_per_chunk": u, "dropped_fraction": drop_frac}
@@ -84,7 +93,8 @@ class WindowLaw:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
-        self._judge(s, u, drop_frac, blocked)
+        self._recent.append((s * n, n))
+        self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked)
         bound = max(1.0, self.w / 2)
         before = self.window
         self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
@@ -93,8 +103,8 @@ class WindowLaw:
         return True
 
     def _judge(self, s: float, u: float, drop_frac: float, blocked: bool) -> None:
-        """The verdict on the period just measured (``s`` its mean staleness, ``u`` its updates per
-        chunk), with the window it was measured at."""
+        """The verdict after the period just measured (``s`` the mean staleness of the last
+        periods, ``u`` this one's updates per chunk), with the window it was measured at."""
         target = self.target
         if abs(s - target) <= HOLD_TOLERANCE * target:
             self._at_bound = 0
@@ -130,6 +140,7 @@ class WindowLaw:
             self.w = min(max(self.w, self.w_min), self.w_max)
             self._wait_out(self.window)  # what is in flight was admitted under the settings before
         self._at_bound = 0
+        self._recent.clear()
         self.verdict = {"state": "off" if self.target is None else "settling", "reason": None}
 
 
