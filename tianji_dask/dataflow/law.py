@@ -14,7 +14,7 @@ MAX_DROPPED_TO_GROW = 0.2
 CONTROL_MIN_PERIOD_S = 0.2
 #: and never on fewer chunks than this: one chunk's staleness is one draw (0, or a straggler's 7),
 #: and a law that acts on single draws wanders around a small target instead of settling on it
-MIN_PERIOD_CHUNKS = 4
+MIN_PERIOD_CHUNKS = 8
 #: a target is held while a period's mean staleness is within this fraction of it
 HOLD_TOLERANCE = 0.25
 #: periods in a row at a bound, still off target, before the target is called out of reach
@@ -53,6 +53,7 @@ class WindowLaw:
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
         self._recent = deque(maxlen=VERDICT_PERIODS)  # (staleness sum, chunks) of the last periods
+        self._carry = 0.0  # what the last step's bound cut off, taken with the next
 
     @property
     def window(self) -> int:
@@ -97,7 +98,13 @@ class WindowLaw:
         self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked)
         bound = max(1.0, self.w / 2)
         before = self.window
-        self.w = min(max(self.w + min(max(step, -bound), bound), self.w_min), self.w_max)
+        # a step cut to its bound keeps the rest for the next period (at most one bound more): a
+        # straggler's period wants a large cut, and dropping what exceeds the bound biased the law
+        # upward, as single periods of no staleness pushed it up unbounded
+        want = step + self._carry
+        taken = min(max(want, -bound), bound)
+        self._carry = min(max(want - taken, -bound), bound)
+        self.w = min(max(self.w + taken, self.w_min), self.w_max)
         if self.window != before:
             self._wait_out(before)  # the loop's dead time: what is in flight still holds the old window
         return True
@@ -141,6 +148,7 @@ class WindowLaw:
             self._wait_out(self.window)  # what is in flight was admitted under the settings before
         self._at_bound = 0
         self._recent.clear()
+        self._carry = 0.0
         self.verdict = {"state": "off" if self.target is None else "settling", "reason": None}
 
 
