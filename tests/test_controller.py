@@ -92,7 +92,7 @@ def test_law_settles_on_a_small_target_though_stragglers_make_single_chunks_nois
     for _ in range(600):
         w = min(law.window, 5)
         m = means.get(w, 3.6 + 2 * (w - 4))
-        tail = rng.random() < 0.1  # a straggler: seven times the mean, else a little under it
+        tail = rng.random() < 0.1  # a straggler: seven times the mean, else a third of it (mean ~m)
         staleness = int(rng.poisson(7 * m if tail else 0.3 * m))
         t, version = t + 0.3, version + 1
         law.observe(t, version, [staleness])

@@ -81,7 +81,8 @@ class WindowLaw:
         self.p_dropped += dropped
         if self.p_chunks < max(MIN_PERIOD_CHUNKS, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
             return False
-        s, n = self.p_staleness / self.p_chunks, self.p_chunks
+        s = self.p_staleness / self.p_chunks
+        self._recent.append((self.p_staleness, self.p_chunks))
         u = max(learner_version - self.p_version, 0) / self.p_chunks
         drop_frac = self.p_dropped / self.p_chunks
         self.last = {"staleness": s, "updates_per_chunk": u, "dropped_fraction": drop_frac}
@@ -94,7 +95,6 @@ class WindowLaw:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
-        self._recent.append((s * n, n))
         self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked)
         bound = max(1.0, self.w / 2)
         before = self.window
