@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from tianji_dask.algos import Algorithm
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.run import Run
@@ -21,6 +22,8 @@ class Toy:
         torch.manual_seed(0)
         self.net = torch.nn.Linear(4, 2)
         self.compilable = compilable
+
+    _modules = Algorithm._modules  # the networks, as an Algorithm lists them
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = self.net(x)

@@ -198,7 +198,7 @@ class LearnerConfig(StrictModel):
     @field_validator("compile", mode="before")
     @classmethod
     def _compile(cls, value):
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value  # YAML's on/off
+        return ("on" if value else "off") if isinstance(value, bool) else value  # YAML's on/off
 
     @field_validator("device")
     @classmethod

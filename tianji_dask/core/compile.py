@@ -32,7 +32,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 log = logging.getLogger(__name__)
 
-SETTINGS = ("auto", "on", "off")
 #: ``auto`` leaves a run with a shorter time budget eager: it would end before compiling paid back
 AUTO_MIN_BUDGET_S = 120.0
 RTOL, ATOL = 1e-4, 1e-5
@@ -40,10 +39,9 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def resolve(setting: str, algo, device: torch.device, budget_s: float | None) -> tuple[str | None, str]:
     """(the ``torch.compile`` mode to use, or None for eager; why) for ``learner.compile``."""
-    names = tuple(getattr(algo, "compilable", ()))
     if setting == "off":
         return None, "learner.compile is off"
-    if not names:
+    if not algo.compilable:
         return None, f"{type(algo).__name__} declares no compilable losses (Algorithm.compilable)"
     if setting == "auto":
         if device.type != "cuda":
@@ -57,12 +55,8 @@ def _clone(tree):
     return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, tree)
 
 
-def _modules(obj) -> dict[str, torch.nn.Module]:
-    return {k: v for k, v in vars(obj).items() if isinstance(v, torch.nn.Module)}
-
-
-def _grad_flags(obj) -> dict[tuple[str, str], bool]:
-    return {(k, n): p.requires_grad for k, m in _modules(obj).items() for n, p in m.named_parameters()}
+def _grad_flags(algo) -> dict[tuple[str, str], bool]:
+    return {(k, n): p.requires_grad for k, m in algo._modules() for n, p in m.named_parameters()}
 
 
 def _shadow(algo, flags: dict[tuple[str, str], bool]):
@@ -71,7 +65,7 @@ def _shadow(algo, flags: dict[tuple[str, str], bool]):
     for k, v in vars(algo).items():
         if isinstance(v, (torch.nn.Module, torch.Tensor)):
             setattr(shadow, k, copy.deepcopy(v))
-    for k, m in _modules(shadow).items():
+    for k, m in shadow._modules():
         for n, p in m.named_parameters():
             p.requires_grad_(flags.get((k, n), p.requires_grad))
     return shadow
@@ -80,7 +74,7 @@ def _shadow(algo, flags: dict[tuple[str, str], bool]):
 def _loss_and_grads(fn, shadow, args, kwargs):
     out = fn(shadow, *args, **kwargs)
     loss = out[0] if isinstance(out, (tuple, list)) else out
-    params = [p for m in _modules(shadow).values() for p in m.parameters() if p.requires_grad]
+    params = [p for _, m in shadow._modules() for p in m.parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, params, allow_unused=True) if loss.requires_grad else ()
     return tree_flatten(out)[0], list(grads)
 
@@ -89,7 +83,7 @@ def _differs(a: list, b: list) -> float | None:
     """The largest absolute difference between two lists of tensors beyond tolerance, else None."""
     worst = None
     for x, y in zip(a, b):
-        if not isinstance(x, torch.Tensor) or x is None or y is None:
+        if not isinstance(x, torch.Tensor) or y is None:
             continue
         x, y = x.detach().float(), y.detach().float()
         if x.shape != y.shape or not torch.allclose(x, y, rtol=RTOL, atol=ATOL):

@@ -201,7 +201,8 @@ class LearnerCore:
 
     # ---- reading ----------------------------------------------------------------------------
     def status(self, now: float | None = None) -> dict:
-        return {**self.ledger.status(self.version, now), "learner_compile": self.compile_summary()["state"]}
+        compiling = "off" if self.compiler is None else self.compiler.state
+        return {**self.ledger.status(self.version, now), "learner_compile": compiling}
 
     def compile_summary(self) -> dict:
         """``learner.compile``: off (and why), or how the background compilation went."""

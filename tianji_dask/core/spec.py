@@ -36,7 +36,7 @@ class CoreSpec:
     threads: int = 1
     device: str = "cpu"
     #: ``learner.compile``: auto, on or off (core/compile.py)
-    compile: str = "off"
+    compile: str = "auto"
     explorer_workers: int = 1
     rows_dir: str | None = None
     checkpoint: CheckpointSettings | None = None

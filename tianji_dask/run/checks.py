@@ -50,11 +50,11 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
             raise PipelineError("logging.tensorboard: needs the tensorboard package (pip install tensorboard); "
                                 "tianji_dask does not install it")
     _check_device(p, algo, has_client)
-    missing = [n for n in getattr(algo, "compilable", ()) if not callable(getattr(algo, n, None))]
+    missing = [n for n in algo.compilable if not callable(getattr(algo, n, None))]
     if missing:
         raise PipelineError(f"algo.name: {p.algo.label}.compilable names {', '.join(map(repr, missing))}, "
                             "which the class does not define as methods (learner.compile compiles methods)")
-    if p.learner.compile == "on" and not getattr(algo, "compilable", ()):
+    if p.learner.compile == "on" and not algo.compilable:
         raise PipelineError(f"learner.compile: on, but {p.algo.label} declares no losses to compile "
                             "(Algorithm.compilable; the bundled sac and dqn do); use auto or off")
     _check_handoff(p, has_client)
