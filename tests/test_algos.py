@@ -727,7 +727,10 @@ def test_clip_grad_norm_matches_torch():
         torch.testing.assert_close(p.grad, q.grad)
 
 
-def test_adam_matches_the_textbook_update():
+@pytest.mark.parametrize("fused", [True, False], ids=["fused kernel", "multi-tensor ops"])
+def test_adam_matches_the_textbook_update(fused, monkeypatch):
+    if not fused:
+        monkeypatch.setattr(Adam, "_fusable", lambda self: False)
     rng = np.random.default_rng(0)
     w0 = rng.normal(size=(4, 3))
     p = torch.nn.Parameter(torch.tensor(w0, dtype=torch.float64))
@@ -742,6 +745,7 @@ def test_adam_matches_the_textbook_update():
         v = 0.9 * v + 0.1 * g * g
         w = w - 0.1 * (m / (1 - 0.8**t)) / (np.sqrt(v / (1 - 0.9**t)) + 1e-3)
         np.testing.assert_allclose(p.detach().numpy(), w, rtol=1e-10)
+    assert (opt._step_count is not False) == fused  # the path asked for is the one taken
     q = torch.nn.Parameter(torch.tensor(w0))
     opt2 = Adam([q], lr=0.5)
     opt2.load_state_dict(opt.state_dict())

@@ -184,8 +184,8 @@ def linear_sac(**cfg) -> SAC:
     algo = SAC(OBS, BOX, SACConfig(hidden=(), **cfg), seed=0)
     set_linear(algo.actor.mean_head, [[0.5, -1.0, 0.0], [0.0, 1.0, 0.5]], [0.1, 0.0])
     set_linear(algo.actor.logstd_head, [[0.2, 0.0, -0.3], [0.0, -0.4, 0.1]], [0.0, 0.5])
-    for q, w in ((algo.qf1, 1.0), (algo.qf2, -0.5), (algo.qf1_target, 0.8), (algo.qf2_target, 0.3)):
-        set_linear(q.head, [[w, 0.5, -w, 1.0, w * 0.5]], [w])
+    for (net, i), w in (((algo.q, 0), 1.0), ((algo.q, 1), -0.5), ((algo.q_target, 0), 0.8), ((algo.q_target, 1), 0.3)):
+        net.load_member_state_dict(i, {"head.weight": torch.tensor([[w, 0.5, -w, 1.0, w * 0.5]]), "head.bias": torch.tensor([w])})
     with torch.no_grad():
         algo.temperature.log_alpha.fill_(math.log(0.5))
     return algo
@@ -266,11 +266,13 @@ def test_tanh_correction_matches_torch_transformed_distribution():
 def test_sac_polyak_update_and_delayed_actor_steps():
     algo = SAC(OBS, BOX, SACConfig(hidden=(8,), learning_starts=10, batch_size=8, tau=0.25, policy_frequency=2), seed=0)
     algo.ingest(box_chunk(T=10, N=2, seed=1), staleness=0)
-    old = [p.clone() for p in algo.qf1_target.parameters()]
+    old = algo.q_target.member_state_dict(0)
     actor_before = [p.clone() for p in algo.actor.parameters()]
     algo.learn()  # update 0: critic, then two actor steps
-    for t, o, q in zip(algo.qf1_target.parameters(), old, algo.qf1.parameters()):
-        torch.testing.assert_close(t, 0.75 * o + 0.25 * q)
+    new, online = algo.q_target.member_state_dict(0), algo.q.member_state_dict(0)
+    assert old.keys() == new.keys() == {"trunk.0.weight", "trunk.0.bias", "head.weight", "head.bias"}
+    for k in old:
+        torch.testing.assert_close(new[k], 0.75 * old[k] + 0.25 * online[k])
     assert algo.actor_optimizer.steps == 2 and algo.alpha_optimizer.steps == 2 and algo.q_optimizer.steps == 1
     assert any(not torch.equal(p, q) for p, q in zip(actor_before, algo.actor.parameters()))
     algo.learn()  # update 1: the critic only
@@ -312,8 +314,8 @@ def test_sac_replay_pacing_and_state_dict_round_trip_resume_identically():
     b.load_state_dict(state)
     assert (b.updates, b.env_steps, len(b.replay)) == (a.updates, a.env_steps, len(a.replay))
     assert a.learn() == b.learn()
-    for name in SAC.NETWORKS:
-        for p, q in zip(getattr(a, name).parameters(), getattr(b, name).parameters()):
+    for name in ("actor", "temperature", "q", "q_target"):
+        for p, q in zip(getattr(a, name).parameters(), getattr(b, name).parameters(), strict=True):
             assert torch.equal(p, q), name
     np.testing.assert_array_equal(a.obs_norm.mean, b.obs_norm.mean)
     x = box_chunk(seed=5)["obs"][0]

@@ -173,6 +173,25 @@ def test_replay_law_settles_at_its_target(target, k):
     assert floor == pytest.approx(law.rho) and ceiling == pytest.approx(law.rho * REPLAY_CEILING_MARGIN)
 
 
+@pytest.mark.parametrize("fill_reported", [True, False], ids=["fill reported", "fill unknown"])
+def test_replay_law_does_not_overshoot_while_the_buffer_fills(fill_reported):
+    """A filling buffer holds younger samples: s = k rho f with f the fraction filled (here from 5%
+    to full over 40 periods). Steering by s / f, rho goes straight to target / k and staleness
+    rises to the target from below; steering by s alone raises rho to the band's top while the
+    buffer fills, and staleness overshoots once it is full."""
+    law, k, target, t, seen = ReplayLaw([6.0, 24.0], target=500.0), 50.0, 500.0, 0.0, []
+    for step in range(int(60 * REPLAY_PERIOD_S / 0.5)):
+        t += 0.5
+        fill = min(1.0, 0.05 + step * 0.5 / (40 * REPLAY_PERIOD_S))
+        seen.append(k * law.rho * fill)
+        law.observe(t, seen[-1], fill if fill_reported else None)
+    assert law.verdict["state"] == "held" and law.rho == pytest.approx(target / k, rel=0.05)
+    if fill_reported:
+        assert max(seen) <= target * 1.02
+    else:  # what the law did before the learner reported its fill
+        assert max(seen) > target * 1.1
+
+
 def test_replay_law_says_why_a_target_is_out_of_reach_at_either_edge_of_the_band():
     law = ReplayLaw([6.0, 24.0], target=10_000.0)  # 50 versions per unit of ratio: even 24 is too fresh
     _replay_plant(law, 50.0, periods=2)

@@ -5,6 +5,7 @@ bad spec is one line."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 
 import gymnasium as gym
@@ -30,7 +31,7 @@ ENCODERS = {
     "dqn": {"q": ["encoder"], "target": ["encoder"]},
     "ppo": {"net": ["actor_encoder", "critic_encoder"]},
     "impala": {"net": ["actor_encoder", "critic_encoder"]},
-    "sac": {name: ["encoder"] for name in ("actor", "qf1", "qf2", "qf1_target", "qf2_target")},
+    "sac": {"actor": ["encoder"], "q": ["encoders.0", "encoders.1"], "q_target": ["encoders.0", "encoders.1"]},
 }
 SMALL = {"dqn": {"learning_starts": 16, "batch_size": 8, "buffer_size": 256},
          "sac": {"learning_starts": 16, "batch_size": 8, "buffer_size": 256, "hidden": (16,)},
@@ -86,10 +87,10 @@ def observations(algo, n=6, seed=0) -> np.ndarray:
 
 def policy_output(algo, obs: np.ndarray) -> np.ndarray:
     """What the greedy action is the argmax (Discrete) or the tanh (SAC) of: Q values, logits, means."""
-    if hasattr(algo, "q"):
-        return algo.q.numpy_forward(obs)
     if hasattr(algo, "actor"):
         return algo.actor.numpy_forward(obs)[0]
+    if hasattr(algo, "q"):
+        return algo.q.numpy_forward(obs)
     return algo.net.numpy_mean(obs)[0] if algo.continuous else algo.net.numpy_logits(obs)
 
 
@@ -118,7 +119,7 @@ def test_every_network_gets_its_own_instance_of_the_factorys_module_and_publishe
     for net_name, attrs in ENCODERS[case[0]].items():
         net = getattr(algo, net_name)
         for attr in attrs:
-            enc = getattr(net, attr)
+            enc = functools.reduce(getattr, attr.split("."), net)
             if attr == "critic_encoder" and case[4].get("shared_trunk"):
                 assert enc is None  # the critic reads the actor's features
                 continue
@@ -137,7 +138,7 @@ def test_every_network_gets_its_own_instance_of_the_factorys_module_and_publishe
     state = algo.model_state()
     for net_name, attrs in ENCODERS[case[0]].items():
         for attr in attrs:
-            if getattr(getattr(algo, net_name), attr) is not None:
+            if functools.reduce(getattr, attr.split("."), getattr(algo, net_name)) is not None:
                 assert any(k.startswith(f"{net_name}.{attr}.module.") for k in state)
 
 

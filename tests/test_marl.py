@@ -162,7 +162,9 @@ def test_maddpg_replay_ratio_paces_updates():
     algo = filled_maddpg(updates_per_env_step=0.25)
     # past the warm-up of 200 (the step that reached it counts), each env step earns 0.25 updates
     past_warmup = algo.env_steps - 200 + 1
-    assert algo.replay_progress() == {"env_steps": past_warmup, "samples_trained": 0, "warm": True, "ratio": 16.0}
+    assert algo.replay_progress() == {"env_steps": past_warmup, "samples_trained": 0, "warm": True, "ratio": 16.0,
+                                      "fill": len(algo.replay) / algo.replay.capacity}
+    assert 0 < algo.replay_progress()["fill"] < 1
     updates = 0
     while algo.ready():
         algo.learn()

@@ -141,8 +141,10 @@ class Algorithm(ABC):
     def replay_progress(self) -> dict | None:
         """For algorithms that replay: ``{"env_steps": env steps ingested past the warm-up,
         "samples_trained": samples trained on since, "warm": warm-up reached, "ratio": the
-        algorithm's own samples trained per env step}``, which a
-        replay-ratio controller paces explorers by. None for algorithms that do not replay."""
+        algorithm's own samples trained per env step}``, which a replay-ratio controller paces
+        explorers by, and optionally ``"fill"``, the fraction of the buffer's capacity it holds
+        (the replay-staleness law then steers by what a full buffer will give; without it the
+        buffer counts as full). None for algorithms that do not replay."""
         return None
 
     def set_replay_ratio_max(self, rho_max: float | None) -> None:

@@ -234,11 +234,14 @@ class ActorCritic(nn.Module):
 
 
 class Adam:
-    """Adam, as torch.optim.Adam with its default options (no weight decay, no amsgrad), in a
-    handful of multi-tensor ops.
+    """Adam, as torch.optim.Adam with its default options (no weight decay, no amsgrad).
 
     Written out because constructing any torch.optim optimizer imports torch._dynamo on first
-    use, which costs seconds of start-up: a large share of a CartPole run's time to solve.
+    use, which costs seconds of start-up: a large share of a CartPole run's time to solve. The
+    step is torch's fused Adam kernel (what ``torch.optim.Adam(fused=True)`` calls: one pass over
+    every parameter), about 4x faster than the multi-tensor ops on a CPU for the small networks
+    of these tasks; where that kernel is missing, or the parameters are of more than one device or
+    dtype, the same update in a handful of multi-tensor ops.
     """
 
     def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
@@ -247,16 +250,32 @@ class Adam:
         self.steps = 0
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self._step_count = None  # the fused kernel's step counter (a float32 tensor), made on first step
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+    def _fusable(self) -> bool:
+        if not self.params or not hasattr(torch, "_fused_adam_"):
+            return False
+        first = self.params[0]
+        return (first.device.type in ("cpu", "cuda") and first.dtype in (torch.float32, torch.float64)
+                and all(p.device == first.device and p.dtype == first.dtype for p in self.params))
 
     @torch.no_grad()
     def step(self) -> None:
         beta1, beta2 = self.betas
         self.steps += 1
         grads = [p.grad for p in self.params]
+        if self._step_count is None or (self._step_count is not False and self._step_count.device != self.params[0].device):
+            self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if self._fusable() else False
+        if self._step_count is not False:
+            self._step_count.fill_(self.steps)  # read, never written, by the kernel: one counter for every parameter
+            torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], [self._step_count] * len(self.params),
+                               lr=self.lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps,
+                               amsgrad=False, maximize=False)
+            return
         torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
         torch._foreach_mul_(self.exp_avg_sq, beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - beta2)

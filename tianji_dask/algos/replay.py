@@ -303,6 +303,7 @@ class ReplayPacing:
             "samples_trained": self.updates * self.config.batch_size,
             "warm": len(self.replay) >= self.config.learning_starts,
             "ratio": self.config.updates_per_env_step * self.config.batch_size,  # configured samples per env step
+            "fill": len(self.replay) / self.replay.capacity,  # the replay law steers by a full buffer's staleness
         }
 
     def set_replay_ratio_max(self, rho_max: float | None) -> None:

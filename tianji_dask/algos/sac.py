@@ -22,6 +22,7 @@ from torch import nn
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec, network_input
+from tianji_dask.algos.ensemble import QEnsemble
 from tianji_dask.algos.gaussian import (
     SoftQNetwork,
     SquashedGaussianActor,
@@ -129,9 +130,11 @@ class SAC(ReplayPacing, Algorithm):
                 target.load_state_dict(q.state_dict())
             return actor, *qs, *targets
 
-        self.actor, self.qf1, self.qf2, self.qf1_target, self.qf2_target = seeded_init(seed, build)
-        self.qf1_target.requires_grad_(False)
-        self.qf2_target.requires_grad_(False)
+        self.actor, qf1, qf2, qf1_target, qf2_target = seeded_init(seed, build)
+        # the twin Q networks (and their targets) as one batched network each: made from two
+        # SoftQNetworks, so they start where separate ones would
+        self.q, self.q_target = QEnsemble([qf1, qf2]), QEnsemble([qf1_target, qf2_target])
+        self.q_target.requires_grad_(False)
         self.temperature = Temperature()
         self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None
         self.actor_optimizer = self.q_optimizer = self.alpha_optimizer = None  # learner side: made on first learn()
@@ -190,17 +193,18 @@ class SAC(ReplayPacing, Algorithm):
         """(both Q networks' squared soft TD errors, Q1 of the stored actions, the targets)."""
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(b["next_obs"], next_noise)
-            min_q_next = torch.min(self.qf1_target(b["next_obs"], next_actions), self.qf2_target(b["next_obs"], next_actions))
+            min_q_next = self.q_target(b["next_obs"], next_actions).amin(0)
             # discounts: gamma^k for a k-step window, 0 after a terminated step
             target = b["rewards"] + b["discounts"] * (min_q_next - self.alpha() * next_log_pi)
-        q1, q2 = self.qf1(b["obs"], b["actions"]), self.qf2(b["obs"], b["actions"])
-        return F.mse_loss(q1, target) + F.mse_loss(q2, target), q1.detach(), target
+        q = self.q(b["obs"], b["actions"])  # [2, B]
+        # the sum of both networks' mean squared errors
+        return F.mse_loss(q, target.expand_as(q)) * len(q), q[0].detach(), target
 
     def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean of alpha log pi(a|s) - min_i Q_i(s, a) over reparameterized a ~ pi(s), log pi)."""
         actions, log_pi = self.actor.sample(obs, noise)
-        with frozen(self.qf1, self.qf2):  # the gradient reaches the actor through the actions; the Q weights' own is not needed
-            min_q = torch.min(self.qf1(obs, actions), self.qf2(obs, actions))
+        with frozen(self.q):  # the gradient reaches the actor through the actions; the Q weights' own is not needed
+            min_q = self.q(obs, actions).amin(0)
         return (self.alpha() * log_pi - min_q).mean(), log_pi
 
     def alpha_loss(self, log_pi: torch.Tensor) -> torch.Tensor:
@@ -210,13 +214,12 @@ class SAC(ReplayPacing, Algorithm):
     def update_targets(self) -> None:
         """Polyak averaging: target <- (1 - tau) target + tau online."""
         with torch.no_grad():
-            for q, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                torch._foreach_lerp_(list(target.parameters()), list(q.parameters()), self.config.tau)
+            torch._foreach_lerp_(list(self.q_target.parameters()), list(self.q.parameters()), self.config.tau)
 
     def _make_optimizers(self) -> None:
         c = self.config
         self.actor_optimizer = Adam(self.actor.parameters(), c.actor_lr)
-        self.q_optimizer = Adam([*self.qf1.parameters(), *self.qf2.parameters()], c.critic_lr)
+        self.q_optimizer = Adam(self.q.parameters(), c.critic_lr)
         self.alpha_optimizer = Adam(self.temperature.parameters(), c.critic_lr)
 
     def _noise(self, n: int) -> torch.Tensor:
@@ -265,15 +268,21 @@ class SAC(ReplayPacing, Algorithm):
                 "batch_policy_version": self.replay.mean_version(idx)}
 
     # ---- checkpoints ---------------------------------------------------------------------
-    NETWORKS = ("actor", "qf1", "qf2", "qf1_target", "qf2_target", "temperature")
-    OPTIMIZERS = ("actor_optimizer", "q_optimizer", "alpha_optimizer")
+    NETWORKS = ("actor", "temperature")
+    #: the twin Q networks are saved as two SoftQNetworks each (as before they ran as one): name -> (ensemble, member)
+    Q_NETWORKS = {"qf1": ("q", 0), "qf2": ("q", 1), "qf1_target": ("q_target", 0), "qf2_target": ("q_target", 1)}
+    OPTIMIZERS = ("actor_optimizer", "alpha_optimizer")
 
     def state_dict(self) -> dict:
         if self.q_optimizer is None:
             self._make_optimizers()
+        q_opt = self.q_optimizer.state_dict()
+        q_opt["exp_avg"], q_opt["exp_avg_sq"] = self.q.to_members(q_opt["exp_avg"]), self.q.to_members(q_opt["exp_avg_sq"])
         return {
             **{name: snapshot(getattr(self, name)) for name in self.NETWORKS},
+            **{name: getattr(self, net).member_state_dict(i) for name, (net, i) in self.Q_NETWORKS.items()},
             **{name: getattr(self, name).state_dict() for name in self.OPTIMIZERS},
+            "q_optimizer": q_opt,
             "env_steps": self.env_steps,
             "updates": self.updates,
             "update_credit": self.update_credit,
@@ -287,9 +296,14 @@ class SAC(ReplayPacing, Algorithm):
     def load_state_dict(self, state: dict) -> None:
         for name in self.NETWORKS:
             getattr(self, name).load_state_dict(state[name])
+        for name, (net, i) in self.Q_NETWORKS.items():
+            getattr(self, net).load_member_state_dict(i, state[name])
         self._make_optimizers()
         for name in self.OPTIMIZERS:
             getattr(self, name).load_state_dict(state[name])
+        q_opt = dict(state["q_optimizer"])
+        q_opt["exp_avg"], q_opt["exp_avg_sq"] = self.q.from_members(q_opt["exp_avg"]), self.q.from_members(q_opt["exp_avg_sq"])
+        self.q_optimizer.load_state_dict(q_opt)
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
         self.update_credit = float(state["update_credit"])

@@ -155,7 +155,7 @@ class Books:
             self.progress = progress
         if learner_status:
             self.learner_series.append({**learner_status, "t": now})
-            self.replay_law.observe(now, learner_status.get("replay_staleness_recent_mean"))
+            self.replay_law.observe(now, learner_status.get("replay_staleness_recent_mean"), learner_status.get("replay_fill"))
         staleness_seen, dropped_seen = [], 0
         for row in consumptions_from_wire(consumed):
             if row.key in self.credited:

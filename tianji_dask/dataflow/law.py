@@ -195,7 +195,9 @@ class ReplayLaw:
     per env step (B samples per update), so replay staleness ~ (C/2) x rho / B: proportional to
     rho. Once per control period (REPLAY_PERIOD_S, over the learner's reports of its recent
     replay staleness) the law measures the period's mean s and multiplies rho by
-    ``(target / s) ** gain``, the factor bounded to [1 / REPLAY_MAX_STEP, REPLAY_MAX_STEP], rho
+    ``(target / s) ** gain``; while the buffer fills (the learner reports the fraction held, f < 1)
+    its samples are younger than a full buffer's by that fraction, so the law steers by s / f, the
+    staleness the same rho gives once full, rather than raising rho only to overshoot later; the factor bounded to [1 / REPLAY_MAX_STEP, REPLAY_MAX_STEP], rho
     clamped to the band. ``bounds`` gives what the books apply: the floor the gate admits by and
     the learner's ceiling. ``verdict`` as ``WindowLaw``'s: held, settling, or unreachable with why
     (rho at the band's min still too stale, at its max still too fresh). Without a target the
@@ -207,36 +209,40 @@ class ReplayLaw:
         self.last: float | None = None  # the last period's mean replay staleness
         self.configure(band=band, target=target)
 
-    def observe(self, t: float, staleness: float | None) -> bool:
+    def observe(self, t: float, staleness: float | None, fill: float | None = None) -> bool:
         """Feed the learner's report of its recent replay staleness (None: no update replayed
-        yet); True when rho was moved."""
+        yet) and of the fraction of its buffer filled (None: unknown, taken as full); True when
+        rho was moved."""
         if staleness is None or self.band is None:
             return False
         if self.p_t is None:
             self.p_t = t
-        self.p_sum, self.p_n = self.p_sum + float(staleness), self.p_n + 1
+        full = 1.0 if fill is None else min(max(float(fill), 0.0), 1.0)
+        self.p_sum, self.p_n, self.p_fill = self.p_sum + float(staleness), self.p_n + 1, self.p_fill + full
         if t - self.p_t < REPLAY_PERIOD_S:
             return False
-        s = self.p_sum / self.p_n
+        s, f = self.p_sum / self.p_n, self.p_fill / self.p_n
         self.last = s
-        self.p_t, self.p_sum, self.p_n = t, 0.0, 0
+        self.p_t, self.p_sum, self.p_n, self.p_fill = t, 0.0, 0, 0.0
         if self.target is None:
             return False
-        self._judge(s)
-        factor = (self.target / s) ** self.gain if s > 0 else REPLAY_MAX_STEP
+        s_full = s / f if f > 0 else s  # what this rho gives once the buffer is full
+        self._judge(s, s_full)
+        factor = (self.target / s_full) ** self.gain if s_full > 0 else REPLAY_MAX_STEP
         factor = min(max(factor, 1 / REPLAY_MAX_STEP), REPLAY_MAX_STEP)
         self.rho = min(max(self.rho * factor, self.band[0]), self.band[1])
         return True
 
-    def _judge(self, s: float) -> None:
-        """The verdict on the period just measured (``s`` its mean replay staleness), at the rho
-        it was measured at."""
+    def _judge(self, s: float, s_full: float) -> None:
+        """The verdict on the period just measured (``s`` its mean replay staleness, ``s_full``
+        what its rho gives with the buffer full), at the rho it was measured at: held only on
+        what was measured; out of reach on what a full buffer will give."""
         target, (lo, hi) = self.target, self.band
         if abs(s - target) <= HOLD_TOLERANCE * target:
             self._at_bound = 0
             self.verdict = {"state": "held", "reason": None}
             return
-        reason = None
+        reason, s = None, s_full
         if s > target and self.rho <= lo:
             reason = (f"replay staleness {s:.1f} with the replay ratio at replay_ratio's min {lo:g}: lower that min, "
                       "or a smaller buffer or larger batch (staleness ~ buffer / 2 x ratio / batch)")
@@ -277,6 +283,6 @@ class ReplayLaw:
             lo, hi = self.band
             rho = self.rho if self.rho is not None else ((lo * hi) ** 0.5 if lo > 0 else hi / 2)
             self.rho = min(max(rho, lo), hi)
-        self.p_t, self.p_sum, self.p_n = None, 0.0, 0
+        self.p_t, self.p_sum, self.p_n, self.p_fill = None, 0.0, 0, 0.0
         self._at_bound = 0
         self.verdict = {"state": "off" if self.target is None or self.band is None else "settling", "reason": None}

@@ -241,8 +241,9 @@ class Loop:
             "elapsed_s": now - ledger.t_run_start,
             "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
             "replay_ratio": self.core.replay_ratio(),
-            # what the controller holds a replay_staleness_target by
+            # what the controller holds a replay_staleness_target by, and how full the buffer is
             "replay_staleness_recent_mean": ledger.replay_staleness_recent(),
+            "replay_fill": (self.core.algo.replay_progress() or {}).get("fill"),
         }
 
     def status(self, now: float) -> dict:
