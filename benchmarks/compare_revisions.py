@@ -3,10 +3,12 @@
     python benchmarks/compare_revisions.py --revs BEFORE AFTER --seeds 0 1 2 3 4 5 \\
         [--out benchmarks/results/compare] -- time_to_solve --pipelines cartpole_ppo cartpole_dqn
     python benchmarks/compare_revisions.py --revs BEFORE AFTER --seeds 0 1 2 3 -- overhead --seconds 30
+    python benchmarks/compare_revisions.py --revs BEFORE AFTER --seeds 0 1 2 3 4 -- learner_roofline --cases sac_64
 
 Each revision is checked out into a temporary git worktree and runs its own copy of the
 benchmark script (``time_to_solve`` or ``overhead``) with its own package first on the path, one
-seed at a time, the revisions taking turns (the first one goes first on even seeds), so
+seed at a time (``learner_roofline``: AFTER's copy of the script for both, as an older one may
+lack ``--seeds``; it imports only the package, so each revision's updates are what it times), the revisions taking turns (the first one goes first on even seeds), so
 neighbouring runs share the machine's noise. It prints, per figure and pipeline, each revision's
 median and range over the seeds and the median of the per-seed ratios (AFTER / BEFORE).
 """
@@ -32,6 +34,7 @@ FIGURES = {
     "time_to_solve": {"time-to-solve (s)": lambda r: r["time_to_solve_s"], "env steps": lambda r: r["env_steps"]},
     "overhead": {"dataflow overhead": lambda r: r["overhead"], "learner busy": lambda r: r["learner_busy"],
                  "env steps/s": lambda r: r["env_steps_per_s"]},
+    "learner_roofline": {"updates/s": lambda r: r["updates_per_s"]},
 }
 
 
@@ -51,17 +54,20 @@ def worktrees(revs: list[str]):
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
 
 
-def run_one(tree: Path, benchmark: str, seed: int, rest: list[str]) -> list[dict]:
-    """One seed of ``benchmark`` at the revision in ``tree``: its runs, as {pipeline: [record]}."""
+def run_one(tree: Path, benchmark: str, seed: int, rest: list[str], script_tree: Path | None = None) -> list[dict]:
+    """One seed of ``benchmark`` at the revision in ``tree`` (the script from ``script_tree``,
+    default ``tree``): its runs, each with its pipeline (a roofline's case) and seed."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         flag = ["--json", str(out.with_suffix(".json"))] if benchmark == "time_to_solve" else ["--out", str(out)]
-        cmd = [sys.executable, str(tree / "benchmarks" / f"{benchmark}.py"), "--seeds", str(seed), *flag, *rest]
+        cmd = [sys.executable, str((script_tree or tree) / "benchmarks" / f"{benchmark}.py"), "--seeds", str(seed), *flag, *rest]
         env = {**os.environ, "PYTHONPATH": str(tree)}
         subprocess.run(cmd, check=True, cwd=tree, env=env, stdout=subprocess.DEVNULL)
         data = json.loads(out.with_suffix(".json").read_text())
     if benchmark == "time_to_solve":
         return [{**r, "pipeline": pipeline} for pipeline, rs in data.items() for r in rs]
+    if benchmark == "learner_roofline":
+        return [{**r, "pipeline": r["case"]} for r in data["runs"] if "case" in r]
     return data["runs"]
 
 
@@ -104,7 +110,7 @@ def main(argv=None) -> int:
         for i, seed in enumerate(args.seeds):
             order = list(zip(args.revs, trees))
             for rev, tree in order if i % 2 == 0 else order[::-1]:
-                runs = run_one(tree, benchmark, seed, rest)
+                runs = run_one(tree, benchmark, seed, rest, trees[-1] if benchmark == "learner_roofline" else None)
                 records[rev] += runs
                 print(f"seed {seed} {rev}: " + "; ".join(
                     f"{r['pipeline']} " + ", ".join(f"{name} {get(r)}" for name, get in FIGURES[benchmark].items())

@@ -3,7 +3,7 @@ the machine's single-thread matrix-multiply rate measured in the same run.
 
     python benchmarks/learner_roofline.py [--cases dqn_cartpole sac_256] [--updates 30] [--threads 1]
                                           [--device cpu|cuda] [--peers-python .peers-venv/bin/python]
-                                          [--out benchmarks/results/learner_roofline]
+                                          [--seeds 0 1] [--out benchmarks/results/learner_roofline]
 
 For each case the algorithm is filled with real chunks from its env (as benchmarks/learner_updates.py
 does), one ``learn()`` is counted with ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and
@@ -15,7 +15,8 @@ does) and times each update to its last kernel (``torch.cuda.synchronize``); its
 device's float32 8192x8192 rate, and SB3 runs on the same device.
 With ``--peers-python`` (the peers' venv, benchmarks/peers/setup), Stable-Baselines3's updates/s on
 the same network and batch (benchmarks/peers/sb3_updates.py) are measured right after ours, case by
-case, and the table gains their ratio.
+case, and the table gains their ratio. ``--seeds`` measures each case at each seed (the networks'
+initialisation and the data; default the pipeline's own seed), one row each.
 Writes OUT.json (every figure) and OUT.md (the table).
 """
 
@@ -55,7 +56,7 @@ def _timed(fn, device: str = "cpu") -> float:
     return time.perf_counter() - t0
 
 
-def measure(case: str, updates: int, device: str = "cpu") -> dict:
+def measure(case: str, updates: int, device: str = "cpu", seed: int | None = None) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -65,7 +66,7 @@ def measure(case: str, updates: int, device: str = "cpu") -> dict:
     from tianji_dask.envs.vector import env_spaces
 
     pipeline, extra = CASES[case]
-    p = load_pipeline(pipeline)
+    p = load_pipeline(pipeline, None if seed is None else {"seed": seed})
     obs_space, act_space = env_spaces(p.env.id, **p.env.kwargs)
     config = {**p.algo_config.model_dump(), **extra}
     if "learning_starts" in config:
@@ -102,7 +103,7 @@ def measure(case: str, updates: int, device: str = "cpu") -> dict:
     per_update = elapsed / updates
     return {"case": case, "pipeline": pipeline, "algo": p.algo.name, "config": extra, "samples": samples,
             "flops_per_update": flops, "s_per_update": per_update, "updates_per_s": 1 / per_update,
-            "flop_per_s": flops / per_update, "torch_threads": torch.get_num_threads(), "device": device}
+            "flop_per_s": flops / per_update, "torch_threads": torch.get_num_threads(), "device": device, "seed": p.seed}
 
 
 def sb3(peers_python: str, case: str, updates: int, threads: int, device: str = "cpu") -> dict | None:
@@ -142,6 +143,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--peers-python", default=None, help="the peers' venv python: SB3 side by side")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[None], help="each case at each of these seeds")
     parser.add_argument("--out", default="benchmarks/results/learner_roofline")
     args = parser.parse_args(argv)
 
@@ -153,10 +155,11 @@ def main(argv=None) -> int:
     on_cpu = args.device == "cpu"
     gemm = gemm_rate() if on_cpu else gemm_rate(8192, device=args.device)
     rows = []
-    for case in args.cases:  # ours, then SB3's, case by case: neighbours share the machine's noise
-        rows.append(measure(case, args.updates, args.device))
-        if args.peers_python:
-            rows[-1]["sb3"] = sb3(args.peers_python, case, args.updates, args.threads, args.device)
+    for seed in args.seeds:
+        for case in args.cases:  # ours, then SB3's, case by case: neighbours share the machine's noise
+            rows.append(measure(case, args.updates, args.device, seed))
+            if args.peers_python:
+                rows[-1]["sb3"] = sb3(args.peers_python, case, args.updates, args.threads, args.device)
     for r in rows:
         r["of_gemm"] = r["flop_per_s"] / gemm
     text = table(rows, gemm, f"{args.threads}-thread GEMM (1024x1024 float32)" if on_cpu else
