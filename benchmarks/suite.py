@@ -21,7 +21,7 @@ files into the rliable-protocol section of docs/benchmarks.md.
 
 Settings labels: "same" where a peer runs with our pipeline's network, batch and update ratio
 (MinAtar Breakout on RLlib and SB3; the CleanRL-style and Tianshou PPO on LunarLander, for which
-their authors publish no settings), "tuned" where it runs with its own published (or default)
+their authors publish no settings; ``sb3-same`` on Pendulum SAC, beside ``sb3`` with RL Zoo's), "tuned" where it runs with its own published (or default)
 settings, and "tuned" for tianji_dask's own bundled pipelines.
 """
 
@@ -52,6 +52,7 @@ SUITES = {
     "protocol": [
         (PROTOCOL_TASKS, ("tianji", "sb3"), range(5)),
         (PROTOCOL_TASKS, ("rllib",), range(3)),
+        (("pendulum_sac",), ("sb3-same",), range(5)),
         (("cartpole_ppo", "lunarlander_ppo"), ("cleanrl",), range(3)),
         (("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo"), ("tianshou",), range(3)),
     ],
@@ -63,7 +64,7 @@ BUDGET_S = {
     "minatar_breakout_dqn": 900, "cartpole_novel_ppo_lstm": 600,
 }
 #: (system, task) run with our pipeline's settings rather than the system's own
-SAME_SETTINGS = {("sb3", "minatar_breakout_ppo"), ("sb3", "minatar_breakout_dqn"),
+SAME_SETTINGS = {("sb3-same", "pendulum_sac"), ("sb3", "minatar_breakout_ppo"), ("sb3", "minatar_breakout_dqn"),
                  ("rllib", "minatar_breakout_ppo"), ("rllib", "minatar_breakout_dqn"),
                  ("cleanrl", "lunarlander_ppo"), ("tianshou", "lunarlander_ppo")}
 

@@ -70,7 +70,7 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
-PEERS = ("rllib", "sb3", "cleanrl", "tianshou")
+PEERS = ("rllib", "sb3", "sb3-same", "cleanrl", "tianshou")
 SYSTEMS = (*OURS, *PEERS)
 REFERENCE = "tianji"
 #: the columns of every run in the JSON (and what the CI smoke test checks)

@@ -20,6 +20,7 @@ which ``register_env_ids`` calls (and, for RLlib's env runners, the registered e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -116,6 +117,17 @@ SB3_ZOO = {
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
+# "sb3-same": SB3 with our pipeline's network, batch and update ratio where the zoo's differ.
+# Pendulum SAC: pendulum_sac.yaml's 64-64 networks, batch 128, warm-up 1000, buffer 100k and one
+# update per env step (one env, train_freq 1, gradient_steps 1); SB3 has one learning rate for
+# actor, critic and temperature, so the critic's 1e-3 (also the zoo's). What stays SB3's own: the
+# actor steps every update (ours every other, twice), and the env count (ours 2 explorers x 4).
+SB3_SAME = {
+    "pendulum_sac": dict(n_timesteps=2e4, n_envs=1, kwargs=dict(
+        learning_rate=1e-3, batch_size=128, learning_starts=1000, buffer_size=100_000, train_freq=1, gradient_steps=1,
+        policy_kwargs=dict(net_arch=[64, 64]))),
+}
+
 # MinAtar Breakout is not in RL-Zoo: the settings of our pipelines minatar_breakout_dqn and
 # minatar_breakout_ppo (the MinAtar paper's, Young & Tian 2019, arXiv:1903.03176, as those use
 # them), with the paper's network (``sb3_minatar_extractor``) as the features extractor and no
@@ -201,14 +213,16 @@ def run_single_file(system: str, task: str, seed: int, max_seconds: float, recor
     module.run(env_id, seed, record, stop_rule(record, target, max_seconds))
 
 
-def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
+def run_sb3(task: str, seed: int, max_seconds: float, record: dict, same: bool = False) -> None:
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id, algo, target = TASKS[task]
     minatar = task in SB3_MINATAR
-    zoo = SB3_MINATAR[task] if minatar else SB3_ZOO[task]
+    if same and task not in SB3_SAME:
+        raise ValueError(f"sb3-same: only the tasks {', '.join(SB3_SAME)}, not {task}")
+    zoo = SB3_MINATAR[task] if minatar else SB3_SAME[task] if same else SB3_ZOO[task]
     kwargs = dict(zoo["kwargs"])
     horizon = SB3_MAX_STEPS
     frac = zoo["n_timesteps"] / horizon  # the zoo's schedule length as a fraction of learn()'s
@@ -245,6 +259,8 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict) -> None:
     model = cls(policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
     record.update(t_built=time.time(), config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
                                           **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
+    if same:
+        record["config"].update(source="our pendulum_sac pipeline's network, batch and update ratio")
     if minatar:  # not RL-Zoo's: n_timesteps is the exploration schedule's length
         record["config"].update(source="our minatar_breakout pipelines (MinAtar paper)", network=MINATAR_NETWORK,
                                 net_arch=[], **({"share_features_extractor": False} if algo == "ppo" else {}))
@@ -459,7 +475,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", required=True, choices=["rllib", "sb3", *SINGLE_FILE_PEERS])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3", "sb3-same", *SINGLE_FILE_PEERS])
     p.add_argument("--task", required=True, choices=sorted(TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=300)
@@ -482,7 +498,8 @@ def main(argv=None) -> int:
         if args.system in SINGLE_FILE_PEERS:
             run_single_file(args.system, args.task, args.seed, args.max_seconds, record)
         else:
-            {"rllib": run_rllib, "sb3": run_sb3}[args.system](args.task, args.seed, args.max_seconds, record)
+            run = {"rllib": run_rllib, "sb3": run_sb3, "sb3-same": functools.partial(run_sb3, same=True)}[args.system]
+            run(args.task, args.seed, args.max_seconds, record)
         import importlib.metadata as md
 
         def version(dist):
