@@ -49,6 +49,10 @@ SUITES = {
     "cartpole": [
         (("cartpole_ppo", "cartpole_dqn"), ("tianji", "sb3"), range(5)),
     ],
+    # HalfCheetah SAC to 3000: about half an hour a run on 2 cores, so one seed each
+    "halfcheetah": [
+        (("halfcheetah_sac",), ("tianji", "sb3"), range(1)),
+    ],
     "protocol": [
         (PROTOCOL_TASKS, ("tianji", "sb3"), range(5)),
         (PROTOCOL_TASKS, ("rllib",), range(3)),
