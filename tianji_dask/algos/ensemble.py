@@ -29,7 +29,7 @@ class QEnsemble(nn.Module):
         self.n = len(members)
         first = members[0]
         self.encoders = nn.ModuleList([m.encoder for m in members]) if first.encoder is not None else None
-        #: the members' Linear layers in order, as (key prefix in a member's state dict, index)
+        #: the members' Linear layers in order, by their key prefix in a member's state dict
         self._layer_keys = [f"trunk.{i}" for i, m in enumerate(first.trunk) if isinstance(m, nn.Linear)] + ["head"]
         with torch.no_grad():
             layers = [[m.get_submodule(key) for key in self._layer_keys] for m in members]
@@ -59,7 +59,7 @@ class QEnsemble(nn.Module):
         out = {} if self.encoders is None else {f"encoder.{k}": v.detach().clone()
                                                 for k, v in self.encoders[i].state_dict().items()}
         for key, w, b in zip(self._layer_keys, self.weights, self.biases):
-            out[f"{key}.weight"] = w[i].detach().T.clone()
+            out[f"{key}.weight"] = w[i].detach().T.clone(memory_format=torch.contiguous_format)
             out[f"{key}.bias"] = b[i, 0].detach().clone()
         return out
 
@@ -88,7 +88,7 @@ class QEnsemble(nn.Module):
         for i in range(n):
             out += [t.clone() for t in enc[i * k:(i + 1) * k]]
             for w, b in zip(weights, biases):
-                out += [w[i].T.clone(), b[i, 0].clone()]
+                out += [w[i].T.clone(memory_format=torch.contiguous_format), b[i, 0].clone()]
         return out
 
     def from_members(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
