@@ -126,12 +126,12 @@ def test_sac_checkpoints_keep_the_separate_networks_layout():
     kept = {name: {k: v.clone() for k, v in state[name].items()} for name in ("qf1", "qf2", "qf1_target", "qf2_target")}
     again = make_algorithm("sac", *env_spaces("Pendulum-v1"), algo.config.model_dump(), seed=5)
     again.load_state_dict(state)
-    algo.learn()  # a state dict is a snapshot: later updates leave it as it was
-    for name, weights in kept.items():
-        for k, v in weights.items():
-            assert torch.equal(state[name][k], v), (name, k)
     for name in ("q", "q_target"):
         for p, q in zip(getattr(algo, name).parameters(), getattr(again, name).parameters(), strict=True):
             assert torch.equal(p, q)
     for x, y in zip(algo.q_optimizer.exp_avg_sq, again.q_optimizer.exp_avg_sq, strict=True):
         assert torch.equal(x, y)
+    algo.learn()  # a state dict is a snapshot: later updates leave it as it was
+    for name, weights in kept.items():
+        for k, v in weights.items():
+            assert torch.equal(state[name][k], v), (name, k)
