@@ -135,7 +135,7 @@ def test_a_run_outlives_its_learner_jobs(tmp_path):
         "cluster.kind": "slurm", "cluster.dashboard_address": None, "cluster.learner_lifetime": "45s",
         "cluster.jobqueue": {"minimum_jobs": 2, "maximum_jobs": 2, "memory": "2GiB", "walltime": "00:10:00",
                              "learner": {"memory": "2GiB"}, "start_timeout": 180},
-        "stop.on_solve": False, "stop.max_seconds": 130, "checkpoint.every_versions": None,
+        "stop.on_solve": False, "stop.max_env_steps": None, "stop.max_seconds": 130, "checkpoint.every_versions": None,
     })
     results = run.start().wait(timeout=360)
     assert results["error"] is None and results["stop_reason"] == "max_seconds", results["error"]
@@ -170,7 +170,7 @@ def test_preempted_explorer_and_learner_jobs_cost_only_their_chunks_in_flight(tm
         "cluster.kind": "slurm", "cluster.dashboard_address": None,
         "cluster.jobqueue": {"minimum_jobs": 2, "maximum_jobs": 2, "memory": "2GiB", "walltime": "00:10:00",
                              "learner": {"memory": "2GiB"}, "start_timeout": 180},
-        "stop.on_solve": False, "stop.max_seconds": 120, "checkpoint.every_seconds": 600,
+        "stop.on_solve": False, "stop.max_env_steps": None, "stop.max_seconds": 120, "checkpoint.every_seconds": 600,
     })
     run.start()
     _wait_for_version(run, 500)
