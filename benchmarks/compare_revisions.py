@@ -8,8 +8,9 @@
 Each revision is checked out into a temporary git worktree and runs its own copy of the
 benchmark script (``time_to_solve`` or ``overhead``) with its own package first on the path, one
 seed at a time (``learner_roofline``: AFTER's copy of the script for both, as an older one may
-lack ``--seeds``; it imports only the package, so each revision's updates are what it times), the revisions taking turns (the first one goes first on even seeds), so
-neighbouring runs share the machine's noise. It prints, per figure and pipeline, each revision's
+lack ``--seeds``; it imports only the package, so each revision's updates are what it times),
+the revisions taking turns (the first one goes first on even seeds), so neighbouring runs share
+the machine's noise. It prints, per figure and pipeline, each revision's
 median and range over the seeds and the median of the per-seed ratios (AFTER / BEFORE).
 """
 

@@ -16,13 +16,14 @@ run this script with the other revision's package first on PYTHONPATH (the scrip
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _report import write_report
 
 
 def one_run(client, pipeline: str, target: float, seed: int, seconds: float, tmp: Path) -> dict:
@@ -76,28 +77,29 @@ def main(argv=None) -> int:
 
     rows = []
     explorers = load_pipeline(args.pipeline).explorers
-    with tempfile.TemporaryDirectory() as tmp, local_cluster(default_explorer_workers(explorers), dashboard_address=None) as cluster, Client(cluster) as client:
+    commit = _commit()
+    with (tempfile.TemporaryDirectory() as tmp,
+          local_cluster(default_explorer_workers(explorers), dashboard_address=None) as cluster, Client(cluster) as client):
         for i, seed in enumerate(args.seeds):
             for target in (args.targets if i % 2 == 0 else args.targets[::-1]):
-                row = one_run(client, args.pipeline, target, seed, args.seconds, Path(tmp))
-                rows.append(row)
-                print(f"target {target:g} seed {seed}: peak {row['peak_over_target']:.2f}x target, first within ±25% at "
-                      f"{row['first_within_s']} s, second half {row['second_half_over_target']:.2f}x, {row['verdict']}",
-                      flush=True)
-    commit = _commit()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"commit": commit, "args": vars(args), "runs": rows}))
-    lines = [f"{args.pipeline}, {args.seconds:g} s a run, at {commit}", "",
-             "| target | seed | peak ÷ target | first within ±25% (s) | second half ÷ target | verdict |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        first = "never" if r["first_within_s"] is None else f"{r['first_within_s']:.1f}"
-        lines.append(f"| {r['target']:g} | {r['seed']} | {r['peak_over_target']:.2f} | {first} | "
-                     f"{r['second_half_over_target']:.2f} | {r['verdict']} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+                rows.append({**one_run(client, args.pipeline, target, seed, args.seconds, Path(tmp)), "commit": commit})
+                print(_line(rows[-1]), flush=True)
+    lines = ["| target | seed | peak ÷ target | first within ±25% (s) | second half ÷ target | verdict |", "|---|---|---|---|---|---|"]
+    lines += [_line(r) for r in rows]
+    text = "\n".join(lines)
+    print(text)
+    write_report(args.out, "replay_law.py", argv, args, rows, "The replay law while the buffer fills",
+                 f"{args.pipeline}, {args.seconds:g} s a run, the package at {commit}", text)
     return 0
 
+
+def _fmt(x, spec: str = ".2f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def _line(r: dict) -> str:
+    return (f"| {r['target']:g} | {r['seed']} | {_fmt(r['peak_over_target'])} | {_fmt(r['first_within_s'], '.1f')} | "
+            f"{_fmt(r['second_half_over_target'])} | {r['verdict']} |")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,8 +21,9 @@ files into the rliable-protocol section of docs/benchmarks.md.
 
 Settings labels: "same" where a peer runs with our pipeline's network, batch and update ratio
 (MinAtar Breakout on RLlib and SB3; the CleanRL-style and Tianshou PPO on LunarLander, for which
-their authors publish no settings; ``sb3-same`` on Pendulum SAC, beside ``sb3`` with RL Zoo's), "tuned" where it runs with its own published (or default)
-settings, and "tuned" for tianji_dask's own bundled pipelines.
+their authors publish no settings; ``sb3-same`` on Pendulum SAC, beside ``sb3`` with RL Zoo's),
+"tuned" where it runs with its own published (or default) settings, and "tuned" for
+tianji_dask's own bundled pipelines.
 """
 
 from __future__ import annotations

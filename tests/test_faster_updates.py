@@ -39,7 +39,8 @@ def test_sac_without_the_critics_weight_gradients_in_the_actor_step_trains_the_s
 
 
 class SeparateQ(torch.nn.Module):
-    """The twin critics as they ran before QEnsemble: two SoftQNetworks, one after the other."""
+    """The twin critics as they were before QEnsemble: two SoftQNetworks (the plain losses below
+    call each; the optimizer and the Polyak step see their parameters)."""
 
     def __init__(self, ensemble, obs_dim: int, action_dim: int, hidden):
         super().__init__()
@@ -47,9 +48,6 @@ class SeparateQ(torch.nn.Module):
         for i, m in enumerate(self.members):
             m.load_state_dict(ensemble.member_state_dict(i))
         self.requires_grad_(next(ensemble.parameters()).requires_grad)
-
-    def forward(self, obs, actions):
-        return torch.stack([m(obs, actions) for m in self.members])
 
 
 def plain_critic_loss(self, b, next_noise):

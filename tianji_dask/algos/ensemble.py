@@ -58,10 +58,15 @@ class QEnsemble(nn.Module):
         """Member ``i``'s weights as its ``SoftQNetwork`` held them (copies)."""
         out = {} if self.encoders is None else {f"encoder.{k}": v.detach().clone()
                                                 for k, v in self.encoders[i].state_dict().items()}
-        for key, w, b in zip(self._layer_keys, self.weights, self.biases):
-            out[f"{key}.weight"] = w[i].detach().T.clone(memory_format=torch.contiguous_format)
-            out[f"{key}.bias"] = b[i, 0].detach().clone()
+        for key, (w, b) in zip(self._layer_keys, self._member_layers(self.weights, self.biases, i)):
+            out[f"{key}.weight"], out[f"{key}.bias"] = w.detach(), b.detach()
         return out
+
+    @staticmethod
+    def _member_layers(weights, biases, i: int):
+        """Member ``i``'s (weight [out, in], bias [out]) of each layer, copied out of stacked
+        ``weights`` [n, in, out] and ``biases`` [n, 1, out] (parameters or moments shaped so)."""
+        return [(w[i].T.clone(memory_format=torch.contiguous_format), b[i, 0].clone()) for w, b in zip(weights, biases)]
 
     def load_member_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
         """Set member ``i`` from a ``SoftQNetwork``'s state dict of the same shape."""
@@ -87,8 +92,7 @@ class QEnsemble(nn.Module):
         out = []
         for i in range(n):
             out += [t.clone() for t in enc[i * k:(i + 1) * k]]
-            for w, b in zip(weights, biases):
-                out += [w[i].T.clone(memory_format=torch.contiguous_format), b[i, 0].clone()]
+            out += [t for layer in self._member_layers(weights, biases, i) for t in layer]
         return out
 
     def from_members(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -250,7 +250,9 @@ class Adam:
         self.steps = 0
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self._step_count = None  # the fused kernel's step counter (a float32 tensor), made on first step
+        # the fused kernel's step counter (the optimizer is made once the parameters are on their
+        # device); None: the multi-tensor ops
+        self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if self._fusable() else None
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -268,9 +270,7 @@ class Adam:
         beta1, beta2 = self.betas
         self.steps += 1
         grads = [p.grad for p in self.params]
-        if self._step_count is None or (self._step_count is not False and self._step_count.device != self.params[0].device):
-            self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if self._fusable() else False
-        if self._step_count is not False:
+        if self._step_count is not None:
             self._step_count.fill_(self.steps)  # read, never written, by the kernel: one counter for every parameter
             torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], [self._step_count] * len(self.params),
                                lr=self.lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps,

@@ -195,13 +195,14 @@ class ReplayLaw:
     per env step (B samples per update), so replay staleness ~ (C/2) x rho / B: proportional to
     rho. Once per control period (REPLAY_PERIOD_S, over the learner's reports of its recent
     replay staleness) the law measures the period's mean s and multiplies rho by
-    ``(target / s) ** gain``; while the buffer fills (the learner reports the fraction held, f < 1)
-    its samples are younger than a full buffer's by that fraction, so the law steers by s / f, the
-    staleness the same rho gives once full, rather than raising rho only to overshoot later; the factor bounded to [1 / REPLAY_MAX_STEP, REPLAY_MAX_STEP], rho
-    clamped to the band. ``bounds`` gives what the books apply: the floor the gate admits by and
-    the learner's ceiling. ``verdict`` as ``WindowLaw``'s: held, settling, or unreachable with why
-    (rho at the band's min still too stale, at its max still too fresh). Without a target the
-    band applies as it is and the verdict is off. Pure arithmetic: testable without a scheduler.
+    ``(target / s) ** gain``, the factor bounded to [1 / REPLAY_MAX_STEP, REPLAY_MAX_STEP], rho
+    clamped to the band. While the buffer fills (the learner reports the fraction held, f < 1) its
+    samples are younger than a full buffer's by that fraction, so the law steers by s / f, the
+    staleness the same rho gives once full, rather than raising rho only to overshoot later.
+    ``bounds`` gives what the books apply: the floor the gate admits by and the learner's ceiling.
+    ``verdict`` as ``WindowLaw``'s: held, settling, or unreachable with why (rho at the band's min
+    still too stale, at its max still too fresh). Without a target the band applies as it is and
+    the verdict is off. Pure arithmetic: testable without a scheduler.
     """
 
     def __init__(self, band: tuple[float, float] | list | None, *, target: float | None = None, gain: float = 0.5):
@@ -242,12 +243,12 @@ class ReplayLaw:
             self._at_bound = 0
             self.verdict = {"state": "held", "reason": None}
             return
-        reason, s = None, s_full
-        if s > target and self.rho <= lo:
-            reason = (f"replay staleness {s:.1f} with the replay ratio at replay_ratio's min {lo:g}: lower that min, "
+        reason = None
+        if s_full > target and self.rho <= lo:
+            reason = (f"replay staleness {s_full:.1f} with the replay ratio at replay_ratio's min {lo:g}: lower that min, "
                       "or a smaller buffer or larger batch (staleness ~ buffer / 2 x ratio / batch)")
-        elif s < target and self.rho >= hi:
-            reason = (f"replay staleness {s:.1f} with the replay ratio at replay_ratio's max {hi:g}: raise that max, "
+        elif s_full < target and self.rho >= hi:
+            reason = (f"replay staleness {s_full:.1f} with the replay ratio at replay_ratio's max {hi:g}: raise that max, "
                       "or a larger buffer (staleness ~ buffer / 2 x ratio / batch)")
         self._at_bound = self._at_bound + 1 if reason else 0
         if reason and self._at_bound >= UNREACHABLE_PERIODS:
