@@ -3,8 +3,8 @@ each layer's weights stacked, so that both critics take one batched matmul per l
 one each.
 
 On a CPU the small critics of continuous control (64-wide) are bound by the cost of each
-operation, not by arithmetic: one batched forward and backward of both measured about 25% less
-than two separate ones here (benchmarks/learner_roofline.py measures the whole update). The
+operation, not by arithmetic, so half the operations is most of the gain (docs/benchmarks.md,
+"Learner roofline", measures the whole update). The
 members' own layout stays the checkpoint format: ``member_state_dict`` and ``to_members`` give
 what separate ``SoftQNetwork``s and their optimizer held, so checkpoints are the same as before.
 """

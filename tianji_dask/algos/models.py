@@ -239,8 +239,8 @@ class Adam:
     Written out because constructing any torch.optim optimizer imports torch._dynamo on first
     use, which costs seconds of start-up: a large share of a CartPole run's time to solve. The
     step is torch's fused Adam kernel (what ``torch.optim.Adam(fused=True)`` calls: one pass over
-    every parameter), about 4x faster than the multi-tensor ops on a CPU for the small networks
-    of these tasks; where that kernel is missing, or the parameters are of more than one device or
+    every parameter) rather than seven multi-tensor ops, each a loop over the tensors on a CPU;
+    where that kernel is missing, or the parameters are of more than one device or
     dtype, the same update in a handful of multi-tensor ops.
     """
 
