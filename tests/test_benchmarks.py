@@ -173,3 +173,24 @@ def test_the_cleanrl_style_peer_trains_and_records_its_episodes(tmp_path):
     assert record["error"] is None and record["stop_reason"] == "max_seconds"
     assert record["num_episodes"] > 20 and record["env_steps"] > 1000
     assert [t for t, _ in record["episodes"]] == sorted(t for t, _ in record["episodes"])
+
+
+def test_ppo_lag_study_sets_each_variant_and_tables_unsolved_runs_apart(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # for its shared _report
+    study = _load("ppo_lag_study", ROOT / "benchmarks" / "ppo_lag_study.py")
+    assert study._overrides("lag0", 3, 60) == {"seed": 3, "stop.max_seconds": 60, "mode": "relaxed",
+                                               "algo.config.max_policy_lag": 0}
+    assert study._overrides("lockstep", 1, 60)["mode"] == "lockstep"
+    row = dict(seed=0, wall_s=10.0, env_steps=4096, updates=2, env_steps_per_update=2048.0, updates_per_s=0.2,
+               learner_busy=0.9, staleness_mean=0.5, error=None)
+    rows = [dict(row, variant="lag1", solved=True, time_to_solve_s=8.0),
+            dict(row, variant="lag1", seed=1, solved=False, time_to_solve_s=None, updates=50),
+            dict(row, variant="lag0", solved=True, time_to_solve_s=4.0, updates=7)]
+    medians = study.table(rows, ["lag1", "lag0"]).split("Medians over seeds")[1]
+    assert "| lag1 | 1/2 | 8.0 | 2 |" in medians and "| lag0 | 1/1 | 4.0 | 7 |" in medians
+
+
+def test_ppo_lag_study_refuses_a_variant_it_does_not_know():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ppo_lag_study.py"), "--variants", "lag1", "fresh"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "'fresh' is not lagN" in proc.stderr and "Traceback" not in proc.stderr

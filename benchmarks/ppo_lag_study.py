@@ -1,0 +1,119 @@
+"""PPO on one-version-old segments or on fresh ones: what the lag costs per update and in time.
+
+    python benchmarks/ppo_lag_study.py [--pipeline minatar_breakout_ppo] [--variants lag1 lag0 lockstep]
+        [--seeds 0 1 2] [--max-seconds 600] [--out benchmarks/results/ppo_lag_study]
+
+A variant is ``lagN`` (relaxed mode, ``algo.config.max_policy_lag: N``: segments more than N versions
+old are dropped) or ``lockstep`` (each update waits for segments of the version just published).
+Variants alternate run by run within each seed, on one embedded cluster of two workers, so
+neighbouring runs share the machine's noise. For each run: time-to-solve from run start, the
+updates and env steps it took, env steps per update (above the batch when segments were dropped
+as too old), updates per second and the learner's busy fraction. The medians over seeds answer
+whether PPO's updates go further on fresh data, and whether that pays in wall time.
+
+Writes ``<out>.json`` (every run) and ``<out>.md`` (per-run rows and medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _report import median_of, write_report
+
+
+def _overrides(variant: str, seed: int, max_seconds: float) -> dict:
+    ov = {"seed": seed, "stop.max_seconds": max_seconds}
+    if variant == "lockstep":
+        ov["mode"] = "lockstep"
+    else:
+        ov["mode"] = "relaxed"
+        ov["algo.config.max_policy_lag"] = int(variant[3:])
+    return ov
+
+
+def _run(client, pipeline: str, variant: str, seed: int, max_seconds: float, tmp: Path) -> dict:
+    from tianji_dask.run import Run
+
+    run = Run(pipeline, client, out=tmp / f"{pipeline}-{time.time_ns()}",
+              overrides=_overrides(variant, seed, max_seconds))
+    r = run.start().wait()
+    updates = r["updates"] or 0
+    return {
+        "variant": variant, "seed": seed, "solved": r["solved"], "time_to_solve_s": r["time_to_solve_s"],
+        "wall_s": r["wall_s"], "env_steps": r["env_steps"], "updates": updates,
+        "env_steps_per_update": r["env_steps"] / updates if updates else None,
+        "updates_per_s": updates / r["wall_s"] if r["wall_s"] else None,
+        "learner_busy": r["learner_busy_fraction"], "staleness_mean": r["staleness_versions"]["mean"],
+        "error": r["error"],
+    }
+
+
+def _fmt(x, spec=".0f", none="-"):
+    return none if x is None else format(x, spec)
+
+
+def table(rows: list[dict], variants: list[str]) -> str:
+    out = ["| variant | seed | solved | time-to-solve (s) | updates | env steps | env steps / update | updates/s | learner busy |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['variant']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | {_fmt(r['time_to_solve_s'], '.1f')} | "
+                   f"{r['updates']} | {r['env_steps']:,} | {_fmt(r['env_steps_per_update'])} | "
+                   f"{_fmt(r['updates_per_s'], '.2f')} | {_fmt(r['learner_busy'], '.2f')} |")
+    out += ["", "Medians over seeds (time-to-solve and updates of solved runs only; the solved count beside):", "",
+            "| variant | solved | time-to-solve (s) | updates to solve | env steps to solve | env steps / update | updates/s |",
+            "|---|---|---|---|---|---|---|"]
+    for v in variants:
+        rs = [r for r in rows if r["variant"] == v]
+        ok = [r for r in rs if r["solved"]]
+        out.append(f"| {v} | {len(ok)}/{len(rs)} | {_fmt(median_of(r['time_to_solve_s'] for r in ok), '.1f')} | "
+                   f"{_fmt(median_of(r['updates'] for r in ok))} | {_fmt(median_of(r['env_steps'] for r in ok), ',.0f')} | "
+                   f"{_fmt(median_of(r['env_steps_per_update'] for r in rs))} | "
+                   f"{_fmt(median_of(r['updates_per_s'] for r in rs), '.2f')} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", default="minatar_breakout_ppo")
+    parser.add_argument("--variants", nargs="+", default=["lag1", "lag0", "lockstep"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--max-seconds", type=float, default=600)
+    parser.add_argument("--out", default="benchmarks/results/ppo_lag_study")
+    args = parser.parse_args(argv)
+    for v in args.variants:
+        if v != "lockstep" and not re.fullmatch(r"lag\d+", v):
+            parser.error(f"--variants: {v!r} is not lagN (N >= 0) or lockstep")
+
+    from distributed import Client
+
+    from tianji_dask.launch.cluster import local_cluster
+
+    rows = []
+    cluster = local_cluster(2, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, seed in enumerate(args.seeds):
+                k = i % len(args.variants)  # the first variant rotates from seed to seed
+                for variant in args.variants[k:] + args.variants[:k]:
+                    row = _run(client, args.pipeline, variant, seed, args.max_seconds, Path(tmp))
+                    rows.append(row)
+                    print(f"{variant} seed {seed}: tts {_fmt(row['time_to_solve_s'], '.1f', 'unsolved')} s, "
+                          f"{row['updates']} updates, {row['env_steps']:,} env steps", flush=True)
+    finally:
+        client.close()
+        cluster.close()
+    text = table(rows, args.variants)
+    write_report(args.out, "ppo_lag_study.py", argv, args, rows, f"PPO policy lag on {args.pipeline}",
+                 "one embedded cluster of two workers, variants alternated within each seed", text)
+    print("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
