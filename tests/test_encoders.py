@@ -242,3 +242,24 @@ def test_a_factory_that_breaks_the_contract_stops_the_run_before_it_starts_namin
         check_pipeline(p, has_client=False)
     assert str(err.value) == ("algo.config.encoder: custom_nets:wrong_width(obs_space): its module maps float32 observations "
                               "(2, 4) to (2, 32), not (2, 16) (the output width it returned) (CartPole-v1)")
+
+
+def test_ppo_initialises_the_built_in_image_encoders_orthogonally_and_dqn_keeps_torchs_defaults():
+    """CleanRL's and SB3's PPO give their convolutions and the linear layer after them orthogonal
+    weights of gain sqrt(2); the DQN papers' networks keep torch's defaults."""
+    from tianji_dask.algos.encoders import MinAtarCNN, NatureCNN, encoder
+
+    for shape in [(4, 10, 10), (4, 84, 84)]:
+        enc, _ = encoder(shape, ortho=True)
+        layers = [m for m in enc.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+        assert len(layers) == (2 if isinstance(enc, MinAtarCNN) else 4)
+        for layer in layers:
+            w = layer.weight.detach().flatten(1)
+            gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            assert torch.allclose(gram, 2.0 * torch.eye(gram.shape[0]), atol=1e-4)
+            assert torch.count_nonzero(layer.bias) == 0
+        plain, _ = encoder(shape)
+        assert isinstance(plain, (MinAtarCNN, NatureCNN)) and torch.count_nonzero(plain.fc.bias) > 0
+    ppo = make_algorithm("ppo", gym.spaces.Box(0, 1, (10, 10, 4), bool), gym.spaces.Discrete(3), {}, seed=0)
+    w = ppo.net.critic_encoder.conv.weight.detach().flatten(1)
+    assert torch.allclose(w @ w.T, 2.0 * torch.eye(16), atol=1e-4)

@@ -6,6 +6,8 @@ config's ``encoder``, ``"module:factory"``, replaces them all with the user's ow
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -204,10 +206,14 @@ def network_input(spec: str | None, obs_space, builtin: int | ImageObs) -> int |
     return builtin if spec is None else EncoderFactory(spec, obs_space)
 
 
-def encoder(obs_dim: int | ImageObs | EncoderFactory | tuple[int, int, int]) -> tuple[nn.Module | None, int]:
+def encoder(obs_dim: int | ImageObs | EncoderFactory | tuple[int, int, int],
+            ortho: bool = False) -> tuple[nn.Module | None, int]:
     """(encoder or None, width of what the MLP trunk receives). A config's own encoder is made by
     its factory, anew at each call; images smaller than the Nature CNN takes (MinAtar's 10x10)
-    get MinAtar's network; a bare tuple is (C, H, W) uint8."""
+    get MinAtar's network; a bare tuple is (C, H, W) uint8. ``ortho``: the built-in encoders'
+    layers get orthogonal weights of gain sqrt(2) and zero biases, as CleanRL's and SB3's PPO
+    initialise theirs (otherwise torch's defaults, as the DQN papers' networks); a config's own
+    encoder keeps the initialisation its factory gave it."""
     if isinstance(obs_dim, EncoderFactory):
         return obs_dim.build()
     if isinstance(obs_dim, tuple):
@@ -217,8 +223,15 @@ def encoder(obs_dim: int | ImageObs | EncoderFactory | tuple[int, int, int]) -> 
         if min(h, w) < NatureCNN.min_size:
             if min(h, w) < 3:
                 raise ValueError(f"image observations {obs_dim.shape}: at least 3x3 needed")
-            return MinAtarCNN(obs_dim), MinAtarCNN.features
-        return NatureCNN(obs_dim), NatureCNN.features
+            enc, width = MinAtarCNN(obs_dim), MinAtarCNN.features
+        else:
+            enc, width = NatureCNN(obs_dim), NatureCNN.features
+        if ortho:
+            for layer in enc.modules():
+                if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                    nn.init.orthogonal_(layer.weight, math.sqrt(2))
+                    nn.init.zeros_(layer.bias)
+        return enc, width
     return None, obs_dim
 
 

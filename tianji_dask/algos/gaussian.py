@@ -73,8 +73,8 @@ class GaussianActorCritic(nn.Module):
     def __init__(self, obs_dim: int | EncoderFactory, action_dim: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh"):
         super().__init__()
-        self.actor_encoder, in_dim = encoder(obs_dim)
-        self.critic_encoder = encoder(obs_dim)[0]
+        self.actor_encoder, in_dim = encoder(obs_dim, ortho=True)
+        self.critic_encoder = encoder(obs_dim, ortho=True)[0]
         width = hidden[-1] if hidden else in_dim
         self._np_actor = None  # numpy views for numpy_mean, made on first use
         self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)

@@ -172,8 +172,8 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", shared: bool = False):
         super().__init__()
-        self.actor_encoder, in_dim = encoder(obs_dim)
-        self.critic_encoder = None if shared else encoder(obs_dim)[0]
+        self.actor_encoder, in_dim = encoder(obs_dim, ortho=True)
+        self.critic_encoder = None if shared else encoder(obs_dim, ortho=True)[0]
         width = hidden[-1] if hidden else in_dim
         self.shared = shared
         self._np_actor = None  # numpy views for numpy_logits, made on first use

@@ -50,7 +50,7 @@ class RecurrentActorCritic(nn.Module):
                  spec: RecurrentSpec, continuous: bool = False):
         super().__init__()
         self.kind, self.size, self.continuous = spec.kind, spec.hidden, continuous
-        self.actor_encoder, in_dim = encoder(obs_dim)  # None for flat observations
+        self.actor_encoder, in_dim = encoder(obs_dim, ortho=True)  # None for flat observations
         self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)
         width = hidden[-1] if hidden else in_dim
         self.actor_core = (nn.LSTMCell if spec.kind == "lstm" else nn.GRUCell)(width, spec.hidden)
