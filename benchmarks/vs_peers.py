@@ -101,7 +101,7 @@ def learning_curve(episodes, t0: float, window: int = WINDOW, points: int = CURV
     ((end time, return) pairs, pooled and sorted by end time; before ``window`` episodes, the mean
     of all so far), thinned to at most ``points``: the last episode of each of ``points`` equal
     slices of the run's time, and the last episode always."""
-    eps = sorted((float(t), float(r)) for t, r in episodes)
+    eps = sorted((float(ep[0]), float(ep[1])) for ep in episodes)
     if not eps:
         return []
     means, total = [], 0.0
@@ -222,7 +222,7 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
         return {**row, "solved": False, "error": f"exit {rc}: {tail}"}
     r = json.loads(out.read_text())
     episodes = r.pop("episodes")
-    returns = [ret for _, ret in sorted(episodes)]
+    returns = [ep[1] for ep in sorted(episodes)]
     keep = {k: r.get(k) for k in ("solved", "time_to_solve_s", "wall_s", "env_steps", "final_mean_return",
                                   "stop_reason", "error", "config", "versions")}
     return {

@@ -172,7 +172,11 @@ def test_the_cleanrl_style_peer_trains_and_records_its_episodes(tmp_path):
     record = json.loads(out.read_text())
     assert record["error"] is None and record["stop_reason"] == "max_seconds"
     assert record["num_episodes"] > 20 and record["env_steps"] > 1000
-    assert [t for t, _ in record["episodes"]] == sorted(t for t, _ in record["episodes"])
+    ends = [t for t, _, _ in record["episodes"]]
+    assert ends == sorted(ends)
+    # the lengths (CartPole: a reward of 1 a step) add up to at most the env steps taken
+    assert all(length == ret for _, ret, length in record["episodes"])
+    assert sum(length for _, _, length in record["episodes"]) <= record["env_steps"]
 
 
 def test_ppo_lag_study_sets_each_variant_and_tables_unsolved_runs_apart(monkeypatch):

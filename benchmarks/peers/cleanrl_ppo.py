@@ -38,7 +38,7 @@ CONFIGS = {
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
     """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
-    ``record["episodes"]`` as (end time, return)."""
+    ``record["episodes"]`` as (end time, return, length)."""
     import gymnasium as gym
     import torch
     from torch import nn
@@ -102,7 +102,7 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
             if "episode" in final:
                 now = time.time()
                 for i in np.flatnonzero(final["_episode"]):
-                    episodes.append((now, float(final["episode"]["r"][i])))
+                    episodes.append((now, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])))
         record["stop_reason"] = stop(episodes)
         if record["stop_reason"] is not None:
             break

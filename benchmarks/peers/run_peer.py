@@ -61,12 +61,12 @@ def register_env_ids(env_id: str) -> None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-def time_to_solve(episodes: list[tuple[float, float]], target: float, window: int = WINDOW) -> float | None:
+def time_to_solve(episodes: list[tuple], target: float, window: int = WINDOW) -> float | None:
     """The absolute end time of the first episode at which the running mean of the last
     ``window`` returns (episodes pooled and sorted by end time) is >= ``target``; None if never."""
     eps = sorted(episodes)
     total = 0.0
-    for i, (t_end, ret) in enumerate(eps):
+    for i, (t_end, ret, *_) in enumerate(eps):  # a third column, the length, where recorded
         total += ret
         if i >= window:
             total -= eps[i - window][1]
@@ -77,7 +77,7 @@ def time_to_solve(episodes: list[tuple[float, float]], target: float, window: in
 
 def running_mean(episodes, window: int = WINDOW) -> float | None:
     eps = sorted(episodes)[-window:]
-    return sum(r for _, r in eps) / len(eps) if eps else None
+    return sum(ep[1] for ep in eps) / len(eps) if eps else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict, same: bool =
     if minatar:  # not RL-Zoo's: n_timesteps is the exploration schedule's length
         record["config"].update(source="our minatar_breakout pipelines (MinAtar paper)", network=MINATAR_NETWORK,
                                 net_arch=[], **({"share_features_extractor": False} if algo == "ppo" else {}))
-    episodes: list[tuple[float, float]] = record["episodes"]
+    episodes: list[tuple[float, float, int]] = record["episodes"]
     why = stop_rule(record, target, max_seconds)
 
     class Watch(BaseCallback):
@@ -272,7 +272,7 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict, same: bool =
             for info in self.locals.get("infos", []):
                 ep = info.get("episode")
                 if ep is not None:
-                    episodes.append((time.time(), float(ep["r"])))
+                    episodes.append((time.time(), float(ep["r"]), int(ep["l"])))
             record["stop_reason"] = why(episodes)
             return record["stop_reason"] is None
 

@@ -45,7 +45,7 @@ CONFIGS = {
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
     """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
-    ``record["episodes"]`` as (end time, return)."""
+    ``record["episodes"]`` as (end time, return, length)."""
     import gymnasium as gym
     import torch
     from tianshou.algorithm import PPO
@@ -85,19 +85,20 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
                     recompute_advantage=c["recompute_advantage"])
 
     episodes = record["episodes"]
-    ep_ret = np.zeros(n)
+    ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
 
     def on_step(action_batch, rollout_batch) -> None:
         # DummyVectorEnv without wait_num: every env steps every time, in env order
         rew = np.asarray(rollout_batch.rew, dtype=float)
         assert len(rew) == n, len(rew)
         ep_ret[:] += rew
+        ep_len[:] += 1
         done = np.asarray(rollout_batch.done, dtype=bool)
         if done.any():
             now = time.time()
             for i in np.flatnonzero(done):
-                episodes.append((now, float(ep_ret[i])))
-                ep_ret[i] = 0.0
+                episodes.append((now, float(ep_ret[i]), int(ep_len[i])))
+                ep_ret[i], ep_len[i] = 0.0, 0
 
     collector = Collector(algorithm, train_envs, VectorReplayBuffer(c["buffer_size"], n), on_step_hook=on_step)
     collector.reset()
