@@ -413,11 +413,13 @@ EPISODE_LOG_ENV = "PEER_EPISODE_LOG"
 
 def _on_episode_end(*, episode, prev_episode_chunks=None, **kwargs) -> None:
     # an episode that spanned several sample() calls arrives as its last chunk plus the earlier ones
-    ret = float(episode.get_return()) + sum(float(c.get_return()) for c in prev_episode_chunks or [])
+    chunks = [episode, *(prev_episode_chunks or [])]
+    ret = sum(float(c.get_return()) for c in chunks)
+    length = sum(len(c) for c in chunks)  # env steps
     path = os.environ.get(EPISODE_LOG_ENV)
     if path:
         with open(path, "a") as fh:  # one short line per write, appended: safe across processes
-            fh.write(f"{time.time():.6f} {ret}\n")
+            fh.write(f"{time.time():.6f} {ret} {length}\n")
 
 
 def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
@@ -443,7 +445,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
     algo = config.build_algo()
     t_built = time.time()
     record["t_built"] = t_built
-    episodes: list[tuple[float, float]] = record["episodes"]
+    episodes: list[tuple[float, float, int]] = record["episodes"]
     iters = record.setdefault("rllib_iterations", [])
     offset = 0
     try:
@@ -455,8 +457,8 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
             complete = text[: text.rfind("\n") + 1]
             offset += len(complete)
             for line in complete.splitlines():
-                t, r = line.split()
-                episodes.append((float(t), float(r)))
+                t, r, length = line.split()
+                episodes.append((float(t), float(r), int(length)))
             er = result.get("env_runners", {})
             iters.append({"t": time.time() - t_built, "episode_return_mean": er.get("episode_return_mean"),
                           "num_env_steps_sampled_lifetime": er.get("num_env_steps_sampled_lifetime",
