@@ -1,6 +1,6 @@
 """PPO on one-version-old segments or on fresh ones: what the lag costs per update and in time.
 
-    python benchmarks/ppo_lag_study.py [--pipeline minatar_breakout_ppo] [--variants lag1 lag0 lockstep]
+    python benchmarks/ppo_lag_study.py [--pipeline minatar_breakout_ppo] [--variants lag1 lag0]
         [--seeds 0 1 2] [--max-seconds 600] [--out benchmarks/results/ppo_lag_study]
 
 A variant is ``lagN`` (relaxed mode, ``algo.config.max_policy_lag: N``: segments more than N versions
@@ -20,10 +20,10 @@ import argparse
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _report import median_of, write_report
+from staleness_study import _run as run_summary  # the sibling study's one run, summarised
 
 
 def _overrides(variant: str, seed: int, max_seconds: float) -> dict:
@@ -37,20 +37,12 @@ def _overrides(variant: str, seed: int, max_seconds: float) -> dict:
 
 
 def _run(client, pipeline: str, variant: str, seed: int, max_seconds: float, tmp: Path) -> dict:
-    from tianji_dask.run import Run
-
-    run = Run(pipeline, client, out=tmp / f"{pipeline}-{time.time_ns()}",
-              overrides=_overrides(variant, seed, max_seconds))
-    r = run.start().wait()
-    updates = r["updates"] or 0
-    return {
-        "variant": variant, "seed": seed, "solved": r["solved"], "time_to_solve_s": r["time_to_solve_s"],
-        "wall_s": r["wall_s"], "env_steps": r["env_steps"], "updates": updates,
-        "env_steps_per_update": r["env_steps"] / updates if updates else None,
-        "updates_per_s": updates / r["wall_s"] if r["wall_s"] else None,
-        "learner_busy": r["learner_busy_fraction"], "staleness_mean": r["staleness_versions"]["mean"],
-        "error": r["error"],
-    }
+    row = run_summary(client, pipeline, _overrides(variant, seed, max_seconds), tmp)
+    updates = row["updates"] or 0
+    row.update(variant=variant, updates=updates,
+               env_steps_per_update=row["env_steps"] / updates if updates else None,
+               updates_per_s=updates / row["wall_s"] if row["wall_s"] else None)
+    return row
 
 
 def _fmt(x, spec=".0f", none="-"):
@@ -80,7 +72,7 @@ def table(rows: list[dict], variants: list[str]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="minatar_breakout_ppo")
-    parser.add_argument("--variants", nargs="+", default=["lag1", "lag0", "lockstep"])
+    parser.add_argument("--variants", nargs="+", default=["lag1", "lag0"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--max-seconds", type=float, default=600)
     parser.add_argument("--out", default="benchmarks/results/ppo_lag_study")

@@ -101,5 +101,6 @@ def _line(r: dict) -> str:
     return (f"| {r['target']:g} | {r['seed']} | {_fmt(r['peak_over_target'])} | {_fmt(r['first_within_s'], '.1f')} | "
             f"{_fmt(r['second_half_over_target'])} | {r['verdict']} |")
 
+
 if __name__ == "__main__":
     sys.exit(main())
