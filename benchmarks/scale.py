@@ -14,7 +14,9 @@ real), and hosts as network namespaces.
 
 Every run is a fresh ``tianji-dask train`` process on an embedded LocalCluster (``hosts``: on
 namespace hosts), and runs alternate the settings they compare seed by seed. Each subcommand
-writes OUT.json (every run's figures), OUT.md (the table) and OUT.png (its plot).
+writes OUT.json (every run's figures), OUT.md (the table) and OUT.png (its plot); ``staleness``
+also keeps one file per run under ``--cells`` and reads those instead of rerunning them, so a
+grid of seeds can be spread over several sittings.
 
 - ``throughput``: consumed env steps/s at each explorer count, and its fraction of linear
   (count x the one-explorer rate), for an ingest-only learner (DQN that never reaches its warm-up)
@@ -241,16 +243,31 @@ def staleness(args, argv) -> int:
     rows = []
     cells = [(pipe, jitter, n, target) for pipe in args.pipelines for jitter in args.jitter for n in args.explorers
              for target in args.targets]
+    done_dir = Path(args.cells)
     for seed in args.seeds:
         for pipe, jitter, n, target in cells:
             o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "env.step_cost_jitter": jitter,
                  "controller.staleness_target": target,
                  "controller.window_max": max(4 * n, 2 * target), "cluster.explorer_threads": _explorer_threads(n),
                  **TARGET_OVERRIDES.get(pipe, lambda t: {})(target), **args.set}
+            done = done_dir / f"{pipe}-jitter{jitter:g}-x{n}-target{target}-seed{seed}.json"
+            if done.exists() and not args.rerun:  # resumable: a grid spreads over several sittings
+                kept = json.loads(done.read_text())
+                if (kept.get("overrides"), kept.get("max_seconds")) != (o, args.max_seconds):
+                    print(f"scale.py staleness: {done} was run with other settings; pass --rerun to replace it, "
+                          "or --cells DIR for a grid of its own", file=sys.stderr)
+                    return 2
+                rows.append(kept)
+                continue
             r = _run(pipe, o, seed, "relaxed", args.max_seconds)
             row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
-                   "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half")}
+                   "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
+                   "commit": _commit(), "max_seconds": args.max_seconds, "overrides": o}
             rows.append(row)
+            done_dir.mkdir(parents=True, exist_ok=True)
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps(row, indent=1))
+            tmp.replace(done)
             print(f"seed {seed} {pipe} jitter {jitter:g} explorers {n} target {target}: staleness {row['staleness_mean']} "
                   f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
                   f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
@@ -282,6 +299,12 @@ def staleness(args, argv) -> int:
               "mean staleness, second half (versions)", "staleness held against its target (simulated)", logx=True,
               linear={"target": [(t, t) for t in args.targets]})
     return 0
+
+
+def _commit() -> str | None:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent)
+    return proc.stdout.strip() or None
 
 
 def hosts(args, argv) -> int:
@@ -354,6 +377,9 @@ def main(argv=None) -> int:
                     help="per-chunk env cost jitter (stragglers), as in the stragglers subcommand")
     st.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     st.add_argument("--max-seconds", type=float, default=300)
+    st.add_argument("--cells", default=str(Path(__file__).resolve().parent / "results" / "scale_staleness_cells"),
+                    help="one file per (cell, seed) run; a cell already there is read, not rerun")
+    st.add_argument("--rerun", action="store_true", help="run every cell again, over its file")
     h = sub.add_parser("hosts", parents=[common])
     h.add_argument("--hosts", nargs="+", type=int, default=[1, 2, 4, 8])
     h.add_argument("--explorers-per-host", type=int, default=8)

@@ -198,3 +198,30 @@ def test_ppo_lag_study_refuses_a_variant_it_does_not_know():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ppo_lag_study.py"), "--variants", "lag1", "fresh"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "'fresh' is not lagN" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypatch, tmp_path, capsys):
+    """The grid's bookkeeping only (a fake run stands in for training): a second sitting reads
+    the runs already there, other settings are refused, ``--rerun`` replaces them."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    scale = _load("scale", ROOT / "benchmarks" / "scale.py")
+    ran = []
+
+    def fake_run(pipeline, overrides, seed, mode, seconds, extra=()):
+        ran.append((overrides["controller.staleness_target"], seed))
+        return {"chunks": 10, "explorers": overrides["explorers"], "seed": seed, "mode": mode, "env_steps_per_s": 100.0,
+                "chunks_per_s": 1.0, "learner_busy_fraction": 0.5, "updates": 10, "chunks_lost": 0, "bytes_per_s": 10.0,
+                "staleness_versions": {"mean": 2.0, "mean_second_half": 2.1}, "solved": False, "wall_s": seconds,
+                "controller": {"target_verdict": {"state": "held", "reason": None}}}
+
+    monkeypatch.setattr(scale, "_run", fake_run)
+    grid = ["staleness", "--targets", "2", "4", "--explorers", "8", "--pipelines", "cartpole_impala", "--seeds", "0",
+            "--max-seconds", "5", "--cells", str(tmp_path / "cells")]
+    assert scale.main(grid) == 0 and ran == [(2, 0), (4, 0)]
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 2
+    assert scale.main(grid + ["--seeds", "0", "1"]) == 0 and ran[2:] == [(2, 1), (4, 1)]  # seed 0 read, not rerun
+    table = capsys.readouterr().out
+    assert "| cartpole_impala | 0 | 8 | 2 | 2.1 (2.1, 2.1) |" in table
+    assert scale.main(grid[:-4] + ["--max-seconds", "9", "--cells", str(tmp_path / "cells")]) == 2
+    assert "run with other settings" in capsys.readouterr().err and len(ran) == 4
+    assert scale.main(grid + ["--rerun"]) == 0 and ran[4:] == [(2, 0), (4, 0)]
