@@ -15,8 +15,8 @@ real), and hosts as network namespaces.
 Every run is a fresh ``tianji-dask train`` process on an embedded LocalCluster (``hosts``: on
 namespace hosts), and runs alternate the settings they compare seed by seed. Each subcommand
 writes OUT.json (every run's figures), OUT.md (the table) and OUT.png (its plot); ``staleness``
-also keeps one file per run under ``--cells`` and reads those instead of rerunning them, so a
-grid of seeds can be spread over several sittings.
+also keeps one file per run under ``--cells`` (committed, as the suite's raw files are) and reads
+those instead of rerunning them, so a grid of seeds can be spread over several sittings.
 
 - ``throughput``: consumed env steps/s at each explorer count, and its fraction of linear
   (count x the one-explorer rate), for an ingest-only learner (DQN that never reaches its warm-up)
