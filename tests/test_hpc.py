@@ -128,14 +128,14 @@ def _slurm_jobs(name: str) -> list[str]:
 @pytest.mark.slurm
 @pytest.mark.slow  # about 2.5 minutes on a real Slurm: the full suite (CI) runs it
 def test_a_run_outlives_its_learner_jobs(tmp_path):
-    # learner jobs live 45 s each: every one hands off (a checkpoint, its chunks' credits back)
+    # learner jobs live 30 s each: every one hands off (a checkpoint, its chunks' credits back)
     # to a learner in a fresh job, started a quarter of the lifetime ahead; the run trains on
     _need_slurm()
     run = Run("cartpole_dqn", out=tmp_path / "handoffs", overrides={
-        "cluster.kind": "slurm", "cluster.dashboard_address": None, "cluster.learner_lifetime": "45s",
+        "cluster.kind": "slurm", "cluster.dashboard_address": None, "cluster.learner_lifetime": "30s",
         "cluster.jobqueue": {"minimum_jobs": 2, "maximum_jobs": 2, "memory": "2GiB", "walltime": "00:10:00",
                              "learner": {"memory": "2GiB"}, "start_timeout": 180},
-        "stop.on_solve": False, "stop.max_env_steps": None, "stop.max_seconds": 130, "checkpoint.every_versions": None,
+        "stop.on_solve": False, "stop.max_env_steps": None, "stop.max_seconds": 90, "checkpoint.every_versions": None,
     })
     results = run.start().wait(timeout=360)
     assert results["error"] is None and results["stop_reason"] == "max_seconds", results["error"]
