@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_report  # noqa: E402 - sibling scripts
+from _report import commit, write_atomically, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import pipeline_copy, run_once  # noqa: E402
 
 VARIANTS = {  # throughput variants: (pipeline, overrides)
@@ -262,12 +262,9 @@ def staleness(args, argv) -> int:
             r = _run(pipe, o, seed, "relaxed", args.max_seconds)
             row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
                    "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
-                   "commit": _commit(), "max_seconds": args.max_seconds, "overrides": o}
+                   "commit": commit(), "max_seconds": args.max_seconds, "overrides": o}
             rows.append(row)
-            done_dir.mkdir(parents=True, exist_ok=True)
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps(row, indent=1))
-            tmp.replace(done)
+            write_atomically(done, json.dumps(row, indent=1) + "\n")
             print(f"seed {seed} {pipe} jitter {jitter:g} explorers {n} target {target}: staleness {row['staleness_mean']} "
                   f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
                   f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
@@ -299,12 +296,6 @@ def staleness(args, argv) -> int:
               "mean staleness, second half (versions)", "staleness held against its target (simulated)", logx=True,
               linear={"target": [(t, t) for t in args.targets]})
     return 0
-
-
-def _commit() -> str | None:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent)
-    return proc.stdout.strip() or None
 
 
 def hosts(args, argv) -> int:

@@ -33,12 +33,12 @@ import importlib.metadata as md
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import vs_peers
+from _report import commit, write_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "suite"
@@ -130,21 +130,6 @@ def pending(cells: list[dict], rerun: bool = False) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # what a raw file records besides the run
 
-def _git(*args: str) -> str | None:
-    try:
-        proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def commit() -> dict:
-    """HEAD and whether tracked files differ from it (the suite's own results left out: they change
-    as it runs)."""
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
-    return {"sha": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
-
-
 def machine() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -179,17 +164,6 @@ def _dumps(doc: dict) -> str:
     episodes = f"[\n  {rows}\n ]" if rows else "[]"
     throughput = json.dumps(doc.get("throughput_per_s"), separators=(",", ":"))
     return f'{head[:-2]},\n "episodes": {episodes},\n "throughput_per_s": {throughput}\n}}\n'
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path) -> dict:

@@ -126,7 +126,7 @@ def _slurm_jobs(name: str) -> list[str]:
 
 
 @pytest.mark.slurm
-@pytest.mark.slow  # about 2.5 minutes on a real Slurm: the full suite (CI) runs it
+@pytest.mark.slow  # about 1.7 minutes on a real Slurm: the full suite (CI) runs it
 def test_a_run_outlives_its_learner_jobs(tmp_path):
     # learner jobs live 30 s each: every one hands off (a checkpoint, its chunks' credits back)
     # to a learner in a fresh job, started a quarter of the lifetime ahead; the run trains on
