@@ -269,7 +269,7 @@ def staleness(args, argv) -> int:
                   f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
                   f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
     lines = ["| pipeline | jitter | explorers | target | second-half mean staleness, median (by seed) | whole run "
-             "| within ±25% | controller's verdict | time-to-solve, median (s) | env steps/s |",
+             "| within ±25% | controller's verdict (by seed) | time-to-solve, median (s) | env steps/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     series = {}
     for pipe, jitter, n, target in cells:
@@ -279,11 +279,12 @@ def staleness(args, argv) -> int:
         tts = _med(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
         by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}" for r in rs)
         held = s is not None and abs(s - target) <= 0.25 * target
-        verdicts = sorted({r["verdict"]["state"] or "–" for r in rs})
-        reasons = sorted({r["verdict"]["reason"] for r in rs if r["verdict"]["reason"]})
+        # each seed's verdict, in seed order, with its reason where it gave one
+        verdicts = " · ".join((r["verdict"]["state"] or "–") + (f": {r['verdict']['reason']}" if r["verdict"]["reason"]
+                                                                 else "") for r in rs)
         lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
                      f"{'–' if whole is None else f'{whole:.1f}'} | {'yes' if held else '**no**'} | "
-                     f"{'/'.join(verdicts)}{': ' + '; '.join(reasons) if reasons else ''} | {tts:.1f} | "
+                     f"{verdicts} | {tts:.1f} | "
                      f"{_med(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:
             series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))

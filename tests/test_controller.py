@@ -128,6 +128,22 @@ def test_law_says_when_its_target_is_held_and_why_one_is_out_of_reach():
     assert law.verdict == {"state": "off", "reason": None}
 
 
+def test_the_verdict_counts_the_chunks_the_law_leaves_out_and_says_why_it_is_still_settling():
+    # the first window (4 chunks, admitted before any move) is left out of the law's period, not of
+    # what the learner trained on: a period at the target after four very stale chunks is not "held"
+    law = WindowLaw(4, target=2, w_min=1, w_max=32)
+    law.observe(1.0, 0, [20, 20, 20, 20])
+    assert law.observe(9.0, 8, [2] * 8)  # the period: 8 chunks at the target
+    assert law.last["staleness"] == 2.0 and law.verdict["state"] == "settling"
+    assert law.verdict["reason"] == ("staleness 8.0 against 2, window 4 still narrowing; "
+                                     "a control period took 8.0 s"), law.verdict
+    # a window of one fed fresh chunks a second apart: the law widens it, one period per 8 s
+    law = WindowLaw(1, target=1, w_min=1, w_max=32)
+    for i in range(1, 10):
+        law.observe(float(i), i, [0])
+    assert law.verdict["state"] == "settling" and "window 1 still widening; a control period took 8.0 s" in law.verdict["reason"]
+
+
 def test_a_target_starts_the_window_near_it():
     from tianji_dask.run import Run
 

@@ -34,11 +34,12 @@ class WindowLaw:
     are left out of the next period: admitted under the old window, they would measure it, and a
     law acting on them overshoots once W exceeds the explorers (chunks queue behind their streams
     and the dead time is a whole window). Without a target W stays put.
-    ``verdict`` says after each period whether the target is held (the mean of the last
-    ``VERDICT_PERIODS`` periods within ``HOLD_TOLERANCE``),
-    still settling, or out of reach, and why: a window at its floor that is still too stale, at
-    its ceiling still too fresh, or a window held because the learner drops what a wider one
-    makes. Pure arithmetic: testable without a scheduler.
+    ``verdict`` says after each period whether the target is held (the mean staleness of every
+    chunk consumed in the last ``VERDICT_PERIODS`` periods within ``HOLD_TOLERANCE``, the chunks
+    the law leaves out included: the learner trained on them), still settling (toward which
+    side, and how long a period takes), or out of reach, and why: a window at its floor that is
+    still too stale, at its ceiling still too fresh, or a window held because the learner drops
+    what a wider one makes. Pure arithmetic: testable without a scheduler.
     """
 
     def __init__(self, window: int, *, target: float | None = None, w_min: int = 1, w_max: int = 64, gain: float = 0.5):
@@ -46,6 +47,7 @@ class WindowLaw:
         self.w_min, self.w_max, self.gain = int(w_min), int(w_max), float(gain)
         self.w = float(window if target is None else min(max(window, self.w_min), self.w_max))
         self._reset_period(None, 0)
+        self.v_staleness, self.v_chunks = 0.0, 0  # every chunk consumed since the last period, for the verdict
         # chunks still to leave out: after a move, those admitted under the window before it; at
         # the start, the first window (all admitted at version 0, their staleness only the fill's)
         self.p_skip = self.window if target is not None else 0
@@ -70,6 +72,8 @@ class WindowLaw:
     def observe(self, t: float, learner_version: int, staleness: list[int], dropped: int = 0) -> bool:
         """Feed a report's consumed staleness values (and how many of those chunks were dropped);
         True when W was adjusted."""
+        self.v_staleness += sum(staleness)
+        self.v_chunks += len(staleness)
         if self.p_skip:
             self.p_skip = max(self.p_skip - len(staleness), 0)
             self._reset_period(t, learner_version)  # the next period starts after them
@@ -82,10 +86,12 @@ class WindowLaw:
         if self.p_chunks < max(MIN_PERIOD_CHUNKS, (self.window + 1) // 2) or t - self.p_t < CONTROL_MIN_PERIOD_S:
             return False
         s = self.p_staleness / self.p_chunks
-        self._recent.append((self.p_staleness, self.p_chunks))
+        self._recent.append((self.v_staleness, self.v_chunks))
+        self.v_staleness, self.v_chunks = 0.0, 0
         u = max(learner_version - self.p_version, 0) / self.p_chunks
         drop_frac = self.p_dropped / self.p_chunks
         self.last = {"staleness": s, "updates_per_chunk": u, "dropped_fraction": drop_frac}
+        period_s = t - self.p_t
         self._reset_period(t, learner_version)
         if self.target is None:
             return False
@@ -95,7 +101,8 @@ class WindowLaw:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
-        self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked)
+        self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked,
+                    period_s)
         bound = max(1.0, self.w / 2)
         before = self.window
         # a step cut to its bound keeps the rest for the next period (at most one bound more): a
@@ -109,9 +116,10 @@ class WindowLaw:
             self._wait_out(before)  # the loop's dead time: what is in flight still holds the old window
         return True
 
-    def _judge(self, s: float, u: float, drop_frac: float, blocked: bool) -> None:
+    def _judge(self, s: float, u: float, drop_frac: float, blocked: bool, period_s: float = 0.0) -> None:
         """The verdict after the period just measured (``s`` the mean staleness of the last
-        periods, ``u`` this one's updates per chunk), with the window it was measured at."""
+        periods' chunks, ``u`` this one's updates per chunk, ``period_s`` its length), with the
+        window it was measured at."""
         target = self.target
         if abs(s - target) <= HOLD_TOLERANCE * target:
             self._at_bound = 0
@@ -130,7 +138,11 @@ class WindowLaw:
         if reason and self._at_bound >= UNREACHABLE_PERIODS:
             self.verdict = {"state": "unreachable", "reason": reason}
         else:
-            self.verdict = {"state": "settling", "reason": None}
+            # a period lasts MIN_PERIOD_CHUNKS chunks: where stragglers hold the few credits of a small
+            # window that is seconds, and a short run ends while the law is still on its way
+            self.verdict = {"state": "settling", "reason": reason or (
+                f"staleness {s:.1f} against {target:g}, window {self.window} still "
+                f"{'widening' if s < target else 'narrowing'}; a control period took {period_s:.1f} s")}
 
     def configure(self, *, target=..., w_min=None, w_max=None, gain=None, window=None) -> None:
         if target is not ...:
@@ -148,6 +160,7 @@ class WindowLaw:
             self._wait_out(self.window)  # what is in flight was admitted under the settings before
         self._at_bound = 0
         self._recent.clear()
+        self.v_staleness, self.v_chunks = 0.0, 0
         self._carry = 0.0
         self.verdict = {"state": "off" if self.target is None else "settling", "reason": None}
 
