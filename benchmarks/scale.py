@@ -236,6 +236,11 @@ def _verdict(r: dict) -> dict:
     return (r.get("controller") or {}).get("target_verdict") or {"state": None, "reason": None}
 
 
+def _judged(r: dict) -> str:
+    """`` (2.4)``: the mean staleness the verdict judged (its last periods' chunks), where recorded."""
+    return "" if r.get("staleness_judged") is None else f" ({r['staleness_judged']:.1f})"
+
+
 def staleness(args, argv) -> int:
     """Every (pipeline, explorers, target) cell, seeds alternating the cells. Held: the mean
     staleness of the run's second half (the controller's steady state, past the start's
@@ -262,6 +267,7 @@ def staleness(args, argv) -> int:
             r = _run(pipe, o, seed, "relaxed", args.max_seconds)
             row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
                    "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
+                   "staleness_judged": ((r.get("controller") or {}).get("last_period") or {}).get("judged_staleness"),
                    "commit": commit(), "max_seconds": args.max_seconds, "overrides": o}
             rows.append(row)
             write_atomically(done, json.dumps(row, indent=1) + "\n")
@@ -269,7 +275,7 @@ def staleness(args, argv) -> int:
                   f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
                   f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
     lines = ["| pipeline | jitter | explorers | target | second-half mean staleness, median (by seed) | whole run "
-             "| within ±25% | controller's verdict (by seed) | time-to-solve, median (s) | env steps/s |",
+             "| within ±25% | controller's verdict (its last periods' mean), by seed | time-to-solve, median (s) | env steps/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     series = {}
     for pipe, jitter, n, target in cells:
@@ -280,8 +286,8 @@ def staleness(args, argv) -> int:
         by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}" for r in rs)
         held = s is not None and abs(s - target) <= 0.25 * target
         # each seed's verdict, in seed order, with its reason where it gave one
-        verdicts = " · ".join((r["verdict"]["state"] or "–") + (f": {r['verdict']['reason']}" if r["verdict"]["reason"]
-                                                                 else "") for r in rs)
+        verdicts = " · ".join((r["verdict"]["state"] or "–") + _judged(r) + (f": {r['verdict']['reason']}"
+                                                                              if r["verdict"]["reason"] else "") for r in rs)
         lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
                      f"{'–' if whole is None else f'{whole:.1f}'} | {'yes' if held else '**no**'} | "
                      f"{verdicts} | {tts:.1f} | "

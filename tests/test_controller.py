@@ -135,6 +135,7 @@ def test_the_verdict_counts_the_chunks_the_law_leaves_out_and_says_why_it_is_sti
     law.observe(1.0, 0, [20, 20, 20, 20])
     assert law.observe(9.0, 8, [2] * 8)  # the period: 8 chunks at the target
     assert law.last["staleness"] == 2.0 and law.verdict["state"] == "settling"
+    assert (law.last["judged_staleness"], law.last["judged_chunks"]) == (8.0, 12)
     assert law.verdict["reason"] == ("staleness 8.0 against 2, window 4 still narrowing; "
                                      "a control period took 8.0 s"), law.verdict
     # a window of one fed fresh chunks a second apart: the law widens it, one period per 8 s

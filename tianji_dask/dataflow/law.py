@@ -101,8 +101,9 @@ class WindowLaw:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
-        self._judge(sum(a for a, _ in self._recent) / sum(b for _, b in self._recent), u, drop_frac, blocked,
-                    period_s)
+        judged = sum(a for a, _ in self._recent) / sum(b for _, b in self._recent)
+        self.last.update(judged_staleness=judged, judged_chunks=sum(b for _, b in self._recent))
+        self._judge(judged, u, drop_frac, blocked, period_s)
         bound = max(1.0, self.w / 2)
         before = self.window
         # a step cut to its bound keeps the rest for the next period (at most one bound more): a
