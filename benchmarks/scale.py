@@ -241,6 +241,19 @@ def _judged(r: dict) -> str:
     return "" if r.get("staleness_judged") is None else f" ({r['staleness_judged']:.1f})"
 
 
+def _within(s: float | None, target: float, rs: list[dict]) -> str:
+    """``yes`` when the seeds' median second-half staleness is within ±25% of the target; a miss is
+    ``no, within noise`` when the seeds' median distance outside the band is under two standard
+    errors of their second halves (few chunks, as stragglers make at small windows), else **no**."""
+    if s is not None and abs(s - target) <= 0.25 * target:
+        return "yes"
+    ses = [r.get("staleness_second_half_se") for r in rs]
+    if s is None or any(se is None or se == 0 for se in ses):
+        return "**no**"
+    out = _med(max(abs(r["staleness_second_half"] - target) - 0.25 * target, 0.0) / se for r, se in zip(rs, ses))
+    return "no, within noise" if out < 2 else "**no**"
+
+
 def staleness(args, argv) -> int:
     """Every (pipeline, explorers, target) cell, seeds alternating the cells. Held: the mean
     staleness of the run's second half (the controller's steady state, past the start's
@@ -267,6 +280,7 @@ def staleness(args, argv) -> int:
             r = _run(pipe, o, seed, "relaxed", args.max_seconds)
             row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
                    "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
+                   "staleness_second_half_se": (r.get("staleness_versions") or {}).get("se_second_half"),
                    "staleness_judged": ((r.get("controller") or {}).get("last_period") or {}).get("judged_staleness"),
                    "commit": commit(), "max_seconds": args.max_seconds, "overrides": o}
             rows.append(row)
@@ -283,13 +297,15 @@ def staleness(args, argv) -> int:
         s = _med(r["staleness_second_half"] for r in rs)
         whole = _med(r["staleness_mean"] for r in rs)
         tts = _med(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
-        by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}" for r in rs)
-        held = s is not None and abs(s - target) <= 0.25 * target
+        by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}"
+                            + ("" if r.get("staleness_second_half_se") is None else f"±{r['staleness_second_half_se']:.1f}")
+                            for r in rs)
+        held = _within(s, target, rs)
         # each seed's verdict, in seed order, with its reason where it gave one
         verdicts = " · ".join((r["verdict"]["state"] or "–") + _judged(r) + (f": {r['verdict']['reason']}"
                                                                               if r["verdict"]["reason"] else "") for r in rs)
         lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
-                     f"{'–' if whole is None else f'{whole:.1f}'} | {'yes' if held else '**no**'} | "
+                     f"{'–' if whole is None else f'{whole:.1f}'} | {held} | "
                      f"{verdicts} | {tts:.1f} | "
                      f"{_med(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:

@@ -225,3 +225,17 @@ def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypat
     assert scale.main(grid[:-4] + ["--max-seconds", "9", "--cells", str(tmp_path / "cells")]) == 2
     assert "run with other settings" in capsys.readouterr().err and len(ran) == 4
     assert scale.main(grid + ["--rerun"]) == 0 and ran[4:] == [(2, 0), (4, 0)]
+
+
+def test_the_staleness_grid_tells_a_miss_from_too_few_chunks_to_say(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    scale = _load("scale", ROOT / "benchmarks" / "scale.py")
+
+    def seeds(*pairs):
+        return [{"staleness_second_half": s, "staleness_second_half_se": se} for s, se in pairs]
+
+    assert scale._within(2.4, 2, seeds((2.4, 0.1))) == "yes"  # inside ±25%
+    # 2.8 is 0.3 past the band's 2.5: two seeds' second halves too noisy to call it, then one precise enough
+    assert scale._within(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
+    assert scale._within(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
+    assert scale._within(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss

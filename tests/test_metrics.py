@@ -26,6 +26,15 @@ def test_staleness_summary():
     s = staleness_summary(np.array([0, 1, 1, 2, 10]))
     assert s["mean"] == 2.8 and s["max"] == 10 and s["hist"] == {"0": 1, "1": 2, "2": 1, "10": 1}
     assert staleness_summary(np.zeros(0))["mean"] is None
+    assert s["se_second_half"] is None  # under two chunks a batch: no error to give
+
+
+def test_the_second_halfs_standard_error_is_taken_over_batches_of_consecutive_chunks():
+    # first half anything; second half five batches of 4 chunks with means 1, 2, 3, 4, 5
+    second = np.repeat([1.0, 2.0, 3.0, 4.0, 5.0], 4)
+    s = staleness_summary(np.concatenate([np.full(20, 100.0), second]))
+    assert s["mean_second_half"] == 3.0
+    assert s["se_second_half"] == pytest.approx(np.std([1, 2, 3, 4, 5], ddof=1) / np.sqrt(5))
 
 
 def test_ledger_time_split_counts_nested_parts_once(monkeypatch):

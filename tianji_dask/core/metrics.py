@@ -38,11 +38,29 @@ def _level(values: np.ndarray) -> dict:
             "p95": float(np.percentile(values, 95))}
 
 
+#: the second half's standard error is taken over this many consecutive batches of it (batch
+#: means: one chunk's staleness follows the last through the window, so single chunks are not
+#: independent draws)
+SE_BATCHES = 5
+
+
+def _second_half_se(values: np.ndarray) -> float | None:
+    """Standard error of the second half's mean by batch means; None under two chunks a batch."""
+    half = values[values.size // 2:]
+    if half.size < 2 * SE_BATCHES:
+        return None
+    means = [b.mean() for b in np.array_split(half, SE_BATCHES)]
+    return float(np.std(means, ddof=1) / np.sqrt(SE_BATCHES))
+
+
 def staleness_summary(staleness: np.ndarray) -> dict:
+    """``_level`` of chunk staleness, the standard error of its second half's mean
+    (``se_second_half``: how far a short run's steady state can be trusted), maximum and histogram."""
     if staleness.size == 0:
-        return {"mean": None, "mean_second_half": None, "p95": None, "max": None, "hist": {}}
+        return {"mean": None, "mean_second_half": None, "se_second_half": None, "p95": None, "max": None,
+                "hist": {}}
     values, counts = np.unique(staleness.astype(np.int64), return_counts=True)
-    return {**_level(staleness), "max": int(staleness.max()),
+    return {**_level(staleness), "se_second_half": _second_half_se(staleness), "max": int(staleness.max()),
             "hist": {str(int(v)): int(c) for v, c in zip(values, counts)}}
 
 
