@@ -129,15 +129,18 @@ def test_law_says_when_its_target_is_held_and_why_one_is_out_of_reach():
 
 
 def test_the_verdict_counts_the_chunks_the_law_leaves_out_and_says_why_it_is_still_settling():
-    # the first window (4 chunks, admitted before any move) is left out of the law's period, not of
-    # what the learner trained on: a period at the target after four very stale chunks is not "held"
+    # the chunks in flight at a move are left out of the law's next period, not of what the
+    # learner trained on: a period at the target after four very stale chunks is not "held"; the
+    # run's first window (the pipe filling, all at version 0) is left out of both
     law = WindowLaw(4, target=2, w_min=1, w_max=32)
-    law.observe(1.0, 0, [20, 20, 20, 20])
-    assert law.observe(9.0, 8, [2] * 8)  # the period: 8 chunks at the target
+    law.observe(1.0, 0, [0, 0, 0, 0])
+    assert law.observe(9.0, 8, [8] * 8) and law.window == 2  # a period at 8: the window narrows
+    assert law.last["judged_chunks"] == 8 and law.verdict["reason"] == (
+        "staleness 8.0 against 2, window 4 still narrowing; a control period took 8.0 s"), law.verdict
+    law.observe(10.0, 12, [20] * 4)  # admitted under the window before the move: left out of the period
+    assert law.observe(18.0, 20, [2] * 8)  # the period: 8 chunks at the target
     assert law.last["staleness"] == 2.0 and law.verdict["state"] == "settling"
-    assert (law.last["judged_staleness"], law.last["judged_chunks"]) == (8.0, 12)
-    assert law.verdict["reason"] == ("staleness 8.0 against 2, window 4 still narrowing; "
-                                     "a control period took 8.0 s"), law.verdict
+    assert (law.last["judged_staleness"], law.last["judged_chunks"]) == (8.0, 20)
     # a window of one fed fresh chunks a second apart: the law widens it, one period per 8 s
     law = WindowLaw(1, target=1, w_min=1, w_max=32)
     for i in range(1, 10):

@@ -36,7 +36,8 @@ class WindowLaw:
     and the dead time is a whole window). Without a target W stays put.
     ``verdict`` says after each period whether the target is held (the mean staleness of every
     chunk consumed in the last ``VERDICT_PERIODS`` periods within ``HOLD_TOLERANCE``, the chunks
-    the law leaves out included: the learner trained on them), still settling (toward which
+    the law leaves out after a move included: the learner trained on them; the run's first window,
+    the pipe filling, not), still settling (toward which
     side, and how long a period takes), or out of reach, and why: a window at its floor that is
     still too stale, at its ceiling still too fresh, or a window held because the learner drops
     what a wider one makes. Pure arithmetic: testable without a scheduler.
@@ -51,6 +52,7 @@ class WindowLaw:
         # chunks still to leave out: after a move, those admitted under the window before it; at
         # the start, the first window (all admitted at version 0, their staleness only the fill's)
         self.p_skip = self.window if target is not None else 0
+        self._filling = True  # until the first window is consumed
         self.last = {"staleness": None, "updates_per_chunk": None}
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
@@ -72,10 +74,12 @@ class WindowLaw:
     def observe(self, t: float, learner_version: int, staleness: list[int], dropped: int = 0) -> bool:
         """Feed a report's consumed staleness values (and how many of those chunks were dropped);
         True when W was adjusted."""
-        self.v_staleness += sum(staleness)
-        self.v_chunks += len(staleness)
+        if not self._filling:  # the run's first window is the pipe filling, not a window's staleness
+            self.v_staleness += sum(staleness)
+            self.v_chunks += len(staleness)
         if self.p_skip:
             self.p_skip = max(self.p_skip - len(staleness), 0)
+            self._filling = self._filling and self.p_skip > 0
             self._reset_period(t, learner_version)  # the next period starts after them
             return False
         if self.p_t is None:
