@@ -52,7 +52,6 @@ class WindowLaw:
         # chunks still to leave out: after a move, those admitted under the window before it; at
         # the start, the first window (all admitted at version 0, their staleness only the fill's)
         self.p_skip = self.window if target is not None else 0
-        self._filling = True  # until the first window is consumed
         self.last = {"staleness": None, "updates_per_chunk": None}
         self.verdict = {"state": "off" if target is None else "settling", "reason": None}
         self._at_bound = 0  # periods in a row at a bound and off target
@@ -74,12 +73,11 @@ class WindowLaw:
     def observe(self, t: float, learner_version: int, staleness: list[int], dropped: int = 0) -> bool:
         """Feed a report's consumed staleness values (and how many of those chunks were dropped);
         True when W was adjusted."""
-        if not self._filling:  # the run's first window is the pipe filling, not a window's staleness
+        if not (self.p_skip and self.last["staleness"] is None):  # left out before any period: the pipe filling
             self.v_staleness += sum(staleness)
             self.v_chunks += len(staleness)
         if self.p_skip:
             self.p_skip = max(self.p_skip - len(staleness), 0)
-            self._filling = self._filling and self.p_skip > 0
             self._reset_period(t, learner_version)  # the next period starts after them
             return False
         if self.p_t is None:
@@ -105,8 +103,9 @@ class WindowLaw:
             # a wider window only makes more chunks that the learner throws away (on-policy data
             # past its lag limit): the target is out of reach, hold the window instead
             step = 0.0
-        judged = sum(a for a, _ in self._recent) / sum(b for _, b in self._recent)
-        self.last.update(judged_staleness=judged, judged_chunks=sum(b for _, b in self._recent))
+        judged_chunks = sum(b for _, b in self._recent)
+        judged = sum(a for a, _ in self._recent) / judged_chunks
+        self.last.update(judged_staleness=judged, judged_chunks=judged_chunks)
         self._judge(judged, u, drop_frac, blocked, period_s)
         bound = max(1.0, self.w / 2)
         before = self.window
@@ -121,7 +120,7 @@ class WindowLaw:
             self._wait_out(before)  # the loop's dead time: what is in flight still holds the old window
         return True
 
-    def _judge(self, s: float, u: float, drop_frac: float, blocked: bool, period_s: float = 0.0) -> None:
+    def _judge(self, s: float, u: float, drop_frac: float, blocked: bool, period_s: float) -> None:
         """The verdict after the period just measured (``s`` the mean staleness of the last
         periods' chunks, ``u`` this one's updates per chunk, ``period_s`` its length), with the
         window it was measured at."""
