@@ -33,14 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import commit, write_atomically, write_report  # noqa: E402 - sibling scripts
+from _report import commit, median_of, write_atomically, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import pipeline_copy, run_once  # noqa: E402
 
 VARIANTS = {  # throughput variants: (pipeline, overrides)
@@ -107,11 +106,6 @@ def _plot(path: Path, series: dict[str, list[tuple[float, float]]], xlabel: str,
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
-
-
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 def throughput(args, argv) -> int:
@@ -212,10 +206,10 @@ def stragglers(args, argv) -> int:
             ratios = [get["lockstep"][s]["time_to_solve_s"] / get["relaxed"][s]["time_to_solve_s"] for s in get["relaxed"]
                       if get["relaxed"][s]["solved"] and s in get["lockstep"] and get["lockstep"][s]["solved"]]
             unsolved = sum(1 for m in get for r in get[m].values() if not r["solved"])
-            lines.append(f"| {n} | {jitter:g} | {_med(t['relaxed']):.1f} | {_med(t['lockstep']):.1f} | "
-                         f"{'-' if not ratios else f'{_med(ratios):.2f}'}{f' ({unsolved} unsolved, at the budget)' if unsolved else ''} | "
-                         f"{_med(r['staleness_mean'] for r in get['relaxed'].values()):.1f} |")
-            series.setdefault(f"lockstep ÷ relaxed, jitter {jitter:g}", []).append((n, _med(ratios) or 0))
+            lines.append(f"| {n} | {jitter:g} | {median_of(t['relaxed']):.1f} | {median_of(t['lockstep']):.1f} | "
+                         f"{'-' if not ratios else f'{median_of(ratios):.2f}'}{f' ({unsolved} unsolved, at the budget)' if unsolved else ''} | "
+                         f"{median_of(r['staleness_mean'] for r in get['relaxed'].values()):.1f} |")
+            series.setdefault(f"lockstep ÷ relaxed, jitter {jitter:g}", []).append((n, median_of(ratios) or 0))
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:
@@ -250,7 +244,7 @@ def _within(s: float | None, target: float, rs: list[dict]) -> str:
     ses = [r.get("staleness_second_half_se") for r in rs]
     if s is None or any(se is None or se == 0 for se in ses):
         return "**no**"
-    out = _med(max(abs(r["staleness_second_half"] - target) - 0.25 * target, 0.0) / se for r, se in zip(rs, ses))
+    out = median_of(max(abs(r["staleness_second_half"] - target) - 0.25 * target, 0.0) / se for r, se in zip(rs, ses))
     return "no, within noise" if out < 2 else "**no**"
 
 
@@ -294,9 +288,9 @@ def staleness(args, argv) -> int:
     series = {}
     for pipe, jitter, n, target in cells:
         rs = [r for r in rows if (r["pipeline"], r["jitter"], r["explorers"], r["target"]) == (pipe, jitter, n, target)]
-        s = _med(r["staleness_second_half"] for r in rs)
-        whole = _med(r["staleness_mean"] for r in rs)
-        tts = _med(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
+        s = median_of(r["staleness_second_half"] for r in rs)
+        whole = median_of(r["staleness_mean"] for r in rs)
+        tts = median_of(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
         by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}"
                             + ("" if r.get("staleness_second_half_se") is None else f"±{r['staleness_second_half_se']:.1f}")
                             for r in rs)
@@ -307,7 +301,7 @@ def staleness(args, argv) -> int:
         lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
                      f"{'–' if whole is None else f'{whole:.1f}'} | {held} | "
                      f"{verdicts} | {tts:.1f} | "
-                     f"{_med(r['env_steps_per_s'] for r in rs):,.0f} |")
+                     f"{median_of(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:
             series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))
     text = "\n".join(lines)

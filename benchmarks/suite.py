@@ -38,9 +38,8 @@ import time
 from pathlib import Path
 
 import vs_peers
-from _report import commit, write_atomically
+from _report import ROOT, commit, write_atomically
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "suite"
 
 PROTOCOL_TASKS = ("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo", "pendulum_sac", "hopper_ppo",
