@@ -26,7 +26,7 @@ VERDICT_PERIODS = 4
 class WindowLaw:
     """The bounded rule that moves the window W (chunks in flight) toward a staleness target.
 
-    Model (docs/design.md, "Credits and the window law"): mean staleness ~ W x u + K/2, with u the learner's updates per
+    Model (docs/design.md, "Credits and the window law"): mean staleness ~ (W - 1) x u + K/2, with u the learner's updates per
     consumed chunk (consumption vs production) and K the publish interval. Once per control
     period (at least W / 2 and MIN_PERIOD_CHUNKS chunks consumed, and CONTROL_MIN_PERIOD_S seconds) the law measures the
     period's mean staleness s and u, and moves W by ``gain x (target - s) / u`` chunks, the step

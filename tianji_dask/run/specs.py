@@ -36,9 +36,10 @@ def law(p: Pipeline, prepared: Prepared) -> dict:
     w_max = c.window_max or max(16, 4 * p.explorers, w_min)
     window = p.window
     if c.staleness_target is not None and c.window is None:
-        # mean staleness ~ window x updates per chunk (1 / chunks per update): start there, so the
-        # law's first periods do not spend the run's start far from the target
-        window = min(round(c.staleness_target * prepared.chunks_per_update), w_max)
+        # mean staleness ~ (window - 1) x updates per chunk (1 / chunks per update): a chunk waits on
+        # the others in flight, and a window of one trains each chunk before the next is admitted
+        # (staleness 0). Start there, so the law's first periods do not spend the run far from the target
+        window = min(round(c.staleness_target * prepared.chunks_per_update) + 1, w_max)
     return {**c.model_dump(), "window": max(window, w_min), "window_min": w_min, "window_max": w_max,
             "replay_ratio": prepared.replay_ratio, "simulated": simulated}
 
