@@ -184,7 +184,7 @@ def test_a_target_starts_the_window_near_it():
     assert Run("cartpole_impala", overrides=over).law()["window"] == 32  # no target: one per explorer
     assert Run("cartpole_impala", overrides={**over, "controller.staleness_target": 4, "controller.window": 9}).law()["window"] == 9
     ppo = Run("cartpole_ppo", overrides={**over, "controller.staleness_target": 2})
-    assert ppo.law()["window"] == 2 * ppo._prepared.chunks_per_update + 1
+    assert ppo.law()["window"] == 2 * ppo.plan.prepared.chunks_per_update + 1
 
 
 def test_replay_gate():
