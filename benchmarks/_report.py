@@ -45,6 +45,11 @@ def commit() -> dict:
     return {"sha": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
+def commit_label(c: dict) -> str:
+    """A run file's ``commit`` as a table names it: the short sha, "(dirty)" where it was."""
+    return (c.get("sha") or "?")[:7] + (" (dirty)" if c.get("dirty") else "")
+
+
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 import vs_peers
+from _report import ROOT, commit_label
 
-ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"
 REFERENCE = "tianji"
 SEED = 0  # the bootstrap's; fixed so the section is the same every time
@@ -97,8 +97,7 @@ def summarise(docs: list[dict], reps: int = REPS) -> list[dict]:
         mid = slice((n - 1) // 2, n // 2 + 1)
         per_core = [d["run"]["env_steps_per_s"] / d["machine"]["cores"] for d in ds
                     if d["run"].get("env_steps_per_s") and d.get("machine", {}).get("cores")]
-        commits = sorted({(d["commit"].get("sha") or "?")[:7] + (" (dirty)" if d["commit"].get("dirty") else "")
-                          for d in ds})
+        commits = sorted({commit_label(d["commit"]) for d in ds})
         rows.append({
             "system": system, "settings": settings, "runs": n,
             "solved": sum(not c for _, c in pairs), "times": times,

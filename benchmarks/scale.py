@@ -36,10 +36,11 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import commit, median_of, write_atomically, write_report  # noqa: E402 - sibling scripts
+from _report import commit, commit_label, median_of, write_atomically, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import pipeline_copy, run_once  # noqa: E402
 
 VARIANTS = {  # throughput variants: (pipeline, overrides)
@@ -304,6 +305,9 @@ def staleness(args, argv) -> int:
                      f"{median_of(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:
             series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))
+    # a grid resumed from its files may span checkouts: say which commits its runs were made at
+    made_at = Counter(commit_label(r["commit"]) for r in rows if r.get("commit"))
+    lines.append("\nRuns at " + ", ".join(f"{c} ({n})" for c, n in sorted(made_at.items())) + ".")
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:

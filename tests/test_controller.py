@@ -117,7 +117,7 @@ def _straggler_plant(target: int, seed: int, seconds: float = 120.0) -> float:
         t, policy = heapq.heappop(flight)
         seen.append((t, version - policy))
         version += 1
-        law.observe(t, version, [version - 1 - policy])
+        law.observe(t, version, [seen[-1][1]])
     return float(np.mean([s for when, s in seen if when >= seconds / 2]))
 
 
