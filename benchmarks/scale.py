@@ -249,6 +249,23 @@ def _within(s: float | None, target: float, rs: list[dict]) -> str:
     return "no, within noise" if out < 2 else "**no**"
 
 
+def _halves(rows: list[dict], args) -> list[str]:
+    """Per jitter and target, over every run: the second half's and the whole run's mean
+    staleness as fractions of the target. A law misled at the start (its first periods see the
+    fast chunks come back, the stragglers not yet, and it widens) shows as a second half above
+    the target and a whole run near it."""
+    out = ["", "| jitter | target | runs | second half ÷ target, mean | whole run ÷ target, mean |", "|---|---|---|---|---|"]
+    for jitter in args.jitter:
+        for target in args.targets:
+            rs = [r for r in rows if r["jitter"] == jitter and r["target"] == target
+                  and r["staleness_second_half"] is not None and r["staleness_mean"] is not None]
+            if rs:
+                second = sum(r["staleness_second_half"] for r in rs) / len(rs) / target
+                whole = sum(r["staleness_mean"] for r in rs) / len(rs) / target
+                out.append(f"| {jitter:g} | {target} | {len(rs)} | {second:.2f} | {whole:.2f} |")
+    return out
+
+
 def staleness(args, argv) -> int:
     """Every (pipeline, explorers, target) cell, seeds alternating the cells. Held: the mean
     staleness of the run's second half (the controller's steady state, past the start's
@@ -305,6 +322,7 @@ def staleness(args, argv) -> int:
                      f"{median_of(r['env_steps_per_s'] for r in rs):,.0f} |")
         if s is not None:
             series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))
+    lines += _halves(rows, args)
     # a grid resumed from its files may span checkouts: say which commits its runs were made at
     made_at = Counter(commit_label(r["commit"]) for r in rows if r.get("commit"))
     lines.append("\nRuns at " + ", ".join(f"{c} ({n})" for c, n in sorted(made_at.items())) + ".")

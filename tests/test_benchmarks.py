@@ -222,6 +222,7 @@ def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypat
     assert scale.main(grid + ["--seeds", "0", "1"]) == 0 and ran[2:] == [(2, 1), (4, 1)]  # seed 0 read, not rerun
     table = capsys.readouterr().out
     assert "| cartpole_impala | 0 | 8 | 2 | 2.1 (2.1, 2.1) |" in table
+    assert "| 0 | 4 | 2 | 0.53 | 0.50 |" in table  # second half and whole run, each ÷ the target, over the runs
     assert scale.main(grid[:-4] + ["--max-seconds", "9", "--cells", str(tmp_path / "cells")]) == 2
     assert "run with other settings" in capsys.readouterr().err and len(ran) == 4
     assert scale.main(grid + ["--rerun"]) == 0 and ran[4:] == [(2, 0), (4, 0)]
