@@ -142,7 +142,8 @@ def test_a_run_outlives_its_learner_jobs(tmp_path):
     handoffs = [r for r in results["learner_restarts"] if r["cause"] == "lifetime"]
     assert len(handoffs) >= 2, results["learner_restarts"]
     versions = [h["version"] for h in handoffs]
-    assert versions == sorted(versions) and results["final_version"] > versions[-1]
+    # each learner trained on before handing off in turn; the last may hand off as the run ends
+    assert all(a < b for a, b in zip(versions, versions[1:])) and results["final_version"] >= versions[-1]
     assert all(h["next_update_s"] is not None and h["next_update_s"] < 60 for h in handoffs), handoffs
     assert results["chunk_accounting"]["balanced"], results["chunk_accounting"]
     assert results["chunk_accounting"]["granted"] == results["chunks"] + results["chunks_lost"]

@@ -251,9 +251,10 @@ class _Checker:
         self.call("set_weights", twin.set_weights, weights)
         back = self.call("get_weights", twin.get_weights)
         differ = _first_difference(weights, back)
-        if differ:
+        if differ:  # one violation, one line: acting on weights it did not keep would differ by chance
             self.fail("set_weights", f"get_weights() afterwards differs from what was set in {differ}")
-        self.same_acting(learner, twin, obs, learner.exploration(0, 0), "set_weights", "an instance given the learner's weights")
+        else:
+            self.same_acting(learner, twin, obs, learner.exploration(0, 0), "set_weights", "an instance given the learner's weights")
 
     def check_seed_acting(self, learner: Algorithm, obs, weights) -> None:
         explore = learner.exploration(0, 0)
