@@ -12,6 +12,7 @@ Dask-free: the learner core writes and restores them, in single mode and in the 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import re
@@ -87,6 +88,26 @@ def save(directory: str | os.PathLike, state: dict, keep: int = 3) -> Path:
     for old in sorted(p for p in d.iterdir() if NAME.match(p.name))[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+HANDOFF = "handoff.json"
+
+
+def save_handoff(directory: str | os.PathLike, record: dict) -> None:
+    """Write what a learner's handoff left (its checkpoint, version, worker) beside its checkpoints,
+    atomically: a driver that asks only after the learner's worker has closed still finds it."""
+    d = Path(directory)
+    tmp = d / f".{HANDOFF}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, d / HANDOFF)
+
+
+def handoff_left(directory: str | os.PathLike) -> dict | None:
+    """The newest handoff record of ``directory``; None when there is none or it does not read."""
+    try:
+        return json.loads((Path(directory) / HANDOFF).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def latest(directory: str | os.PathLike) -> Path:

@@ -274,12 +274,19 @@ class DaskBackend(Backend):
         from tianji_dask.launch.cluster import check_roles
 
         out = self.plan.out
+        directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
+        handoff = checkpoint.handoff_left(directory)
+        if (handoff is not None and handoff.get("worker") == self._learners[group]._address
+                and all(entry.get("checkpoint") != handoff["checkpoint"] for entry in self.restarts)):
+            # it handed off (a preemption) and its worker closed before this driver asked how it ended
+            self._hand_off(group, handoff)
+            return
         lost = sum(entry["cause"] == "lost" for entry in self.restarts)
         if lost >= REBUILD_ATTEMPTS:
             raise RunFault(f"learner: lost {lost + 1} times, giving up (last: {err}); "
                            f"`tianji-dask resume {out}` continues from the newest checkpoint") from None
         try:
-            path = checkpoint.newest_loadable(specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group])[0]
+            path = checkpoint.newest_loadable(directory)[0]
         except checkpoint.CheckpointError:
             path = None  # lost before its first checkpoint: it starts over (from the one this run resumed, if any)
         workers = None

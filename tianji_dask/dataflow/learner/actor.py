@@ -16,6 +16,7 @@ import time
 from distributed import get_client, get_worker
 
 from tianji_dask import dask_internals
+from tianji_dask.core import checkpoint
 from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.dataflow.learner.admission import AdmissionClient
 from tianji_dask.dataflow.learner.evaluation import EvalClient
@@ -148,6 +149,8 @@ class Learner:
         if handoff is not None and core.error is None and path is not None:  # the loop's end wrote that checkpoint
             self._handoff = {**handoff, "checkpoint": str(path), "worker": self._worker_address,
                              "cause": "preempted" if self._handoff_asked else "lifetime", "t_run_start": core.t_run_start}
+            with contextlib.suppress(OSError):  # the status below still carries it to a driver that asks in time
+                checkpoint.save_handoff(path.parent, self._handoff)
         self._final = final.as_dict()
         self._set_status(self.loop.status(time.time()))
         if self._ended is not None:
