@@ -176,12 +176,10 @@ class DQN(ReplayPacing, Algorithm):
         """(TD loss, Q of the taken actions, TD targets) on a minibatch of tensors; with
         ``batch["weights"]`` (prioritized replay) each transition's loss is scaled by its weight."""
         obs, next_obs = batch["obs"], batch["next_obs"]
-        if self.config.double_q:  # one online pass over s and s' together: fewer, larger ops
-            q_all = self.q(torch.cat([obs, next_obs]))
-            q_obs, q_next_online = q_all[: len(obs)], q_all[len(obs):].detach()
-        else:
-            q_obs, q_next_online = self.q(obs), None
-        target = self.td_targets(batch["rewards"], next_obs, batch["discounts"], q_next_online)
+        # s' goes through the online network apart, without autograd: one pass over s and s'
+        # together would carry s' through the backward too
+        q_obs = self.q(obs)
+        target = self.td_targets(batch["rewards"], next_obs, batch["discounts"])
         q = q_obs.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
         loss_fn = F.smooth_l1_loss if self.config.loss == "huber" else F.mse_loss
         if "weights" in batch:
