@@ -269,14 +269,15 @@ class DaskBackend(Backend):
         """A learner's worker was lost: rebuild that learner from its newest checkpoint (lost
         before its first, from the start) on a LEARNER worker (waiting for one to come back), at
         most ``REBUILD_ATTEMPTS`` times per run. In group mode the other groups go on; the
-        rebuilt learner rejoins the reducer's rounds."""
+        rebuilt learner rejoins the reducer's rounds. A learner that handed off before its
+        worker went (its record in ``handoff.json``) is handed off from, not counted as lost."""
         from tianji_dask.core import checkpoint
         from tianji_dask.launch.cluster import check_roles
 
         out = self.plan.out
         directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
         handoff = checkpoint.handoff_left(directory)
-        if (handoff is not None and handoff.get("worker") == self._learners[group]._address
+        if (handoff is not None and handoff.get("worker") == getattr(self._learners[group], "_address", None)
                 and all(entry.get("checkpoint") != handoff["checkpoint"] for entry in self.restarts)):
             # it handed off (a preemption) and its worker closed before this driver asked how it ended
             self._hand_off(group, handoff)
