@@ -29,7 +29,7 @@ def test_two_runs_train_at_once_on_one_cluster_each_with_its_own_books_learner_a
     from tianji_dask.dataflow.explorer import POOL_PREFIX
     from tianji_dask.launch.cluster import local_cluster
     from tianji_dask.run.handle import Run
-    from tianji_dask.run.dask_backend import learner_workers
+    from tianji_dask.launch.cluster import learner_workers
 
     cluster = local_cluster(explorer_workers=2, dashboard_address=None, learner_workers=2, explorer_threads=2)
     client = Client(cluster)

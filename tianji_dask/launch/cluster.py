@@ -1,4 +1,4 @@
-"""Clusters: an embedded LocalCluster with role resources, batch jobs (Slurm, PBS), or an existing scheduler."""
+"""Clusters: an embedded LocalCluster with role resources, batch jobs (Slurm, PBS), or an existing scheduler; and what a run asks of any of them (its LEARNER workers, its worker plugins)."""
 
 from __future__ import annotations
 
@@ -333,3 +333,19 @@ def check_roles(client: Client, explorer_workers: int | None = None, timeout: fl
                 f"`dask worker ADDRESS --resources {missing}=1`"
             )
         time.sleep(0.1)
+
+
+def register_worker_plugin(client, name: str, plugin) -> None:
+    """Register a worker plugin. The scheduler keeps it for every worker that joins later; a
+    worker that dies while the plugin is handed to the workers fails the call after that, and
+    its replacement gets the plugin when it joins, so that failure is not the run's."""
+    try:
+        client.register_plugin(plugin, name=name)
+    except OSError:  # distributed's CommClosedError: a worker went away mid-broadcast
+        if name not in dask_internals.worker_plugin_names(client):
+            raise
+
+
+def learner_workers(client) -> list[str]:
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return sorted(a for a, w in workers.items() if w.get("resources", {}).get("LEARNER"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError, RunFault
+from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
 from tianji_dask.run import accounting, specs
 from tianji_dask.run.backend import Backend, RunPlan
 from tianji_dask.run.worker_imports import check_worker_imports
@@ -389,18 +389,3 @@ class DaskBackend(Backend):
         except Exception:  # noqa: BLE001
             pass
 
-
-def register_worker_plugin(client, name: str, plugin) -> None:
-    """Register a worker plugin. The scheduler keeps it for every worker that joins later; a
-    worker that dies while the plugin is handed to the workers fails the call after that, and
-    its replacement gets the plugin when it joins, so that failure is not the run's."""
-    try:
-        client.register_plugin(plugin, name=name)
-    except OSError:  # distributed's CommClosedError: a worker went away mid-broadcast
-        if name not in dask_internals.worker_plugin_names(client):
-            raise
-
-
-def learner_workers(client) -> list[str]:
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    return sorted(a for a, w in workers.items() if w.get("resources", {}).get("LEARNER"))

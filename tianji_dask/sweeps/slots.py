@@ -28,7 +28,7 @@ class SweepCluster:
             open_cluster,
             stop_active_memory_manager,
         )
-        from tianji_dask.run.dask_backend import learner_workers
+        from tianji_dask.launch.cluster import learner_workers
 
         kind, k = pipeline.cluster.kind, concurrent
         per_slot = pipeline.cluster.explorer_workers or max(1, default_explorer_workers(pipeline.explorers) // k)
