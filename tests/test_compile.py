@@ -108,6 +108,7 @@ def test_a_loss_that_differs_from_eager_leaves_the_learner_eager_with_the_reason
 
 
 @pytest.mark.slow  # a real run on a cluster: DQN trains eager while its loss compiles, then compiled
+@pytest.mark.timeout(600)  # the suite's 300 s would cut the test's own 480 s deadline short
 def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_path):
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "compiled", overrides={
         "learner.compile": "on", "stop.target_return": None, "stop.max_seconds": 540})
