@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tianji_dask.core.metrics import atomic_write
 from tianji_dask.errors import PipelineError
 
 FORMAT = 1
@@ -96,10 +97,7 @@ HANDOFF = "handoff.json"
 def save_handoff(directory: str | os.PathLike, record: dict) -> None:
     """Write what a learner's handoff left (its checkpoint, version, worker) beside its checkpoints,
     atomically: a driver that asks only after the learner's worker has closed still finds it."""
-    d = Path(directory)
-    tmp = d / f".{HANDOFF}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, d / HANDOFF)
+    atomic_write(Path(directory) / HANDOFF, lambda fh: json.dump(record, fh))
 
 
 def handoff_left(directory: str | os.PathLike) -> dict | None:

@@ -79,7 +79,8 @@ def age_summary(ages: np.ndarray) -> dict:
     }
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Write ``path`` through ``write(fh)`` to a temp file renamed over it: a reader never sees half of it."""
     # opened as any file is (the user's umask), named apart by process as checkpoint.save does
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
@@ -105,16 +106,16 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
             w.writerows(table.tolist())
         return write
 
-    _atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
-    _atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
+    atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
+    atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
     if replay is not None:
         from tianji_dask.core.replay_log import REPLAY_FIELDS
 
-        _atomic_write(out / "replay.csv", rows(REPLAY_FIELDS, replay))
+        atomic_write(out / "replay.csv", rows(REPLAY_FIELDS, replay))
     if results.get("eval"):
         rows_ = np.array([[row[k] for k in EVAL_FIELDS] for row in results["eval"]], dtype=np.float64)
-        _atomic_write(out / "eval.csv", rows(EVAL_FIELDS, rows_))
-    _atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
+        atomic_write(out / "eval.csv", rows(EVAL_FIELDS, rows_))
+    atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
     return out / "results.json"
 
 
