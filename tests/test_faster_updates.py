@@ -140,7 +140,9 @@ def combined_pass_dqn_loss(self, batch):
     obs, next_obs = batch["obs"], batch["next_obs"]
     q_all = self.q(torch.cat([obs, next_obs]))
     q_obs, q_next_online = q_all[: len(obs)], q_all[len(obs):].detach()
-    target = self.td_targets(batch["rewards"], next_obs, batch["discounts"], q_next_online)
+    with torch.no_grad():  # double Q's target, a* from that pass
+        q_next = self.target(next_obs).gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
+        target = batch["rewards"] + batch["discounts"] * q_next
     q = q_obs.gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
     return F.smooth_l1_loss(q, target) if self.config.loss == "huber" else F.mse_loss(q, target), q, target
 

@@ -153,16 +153,13 @@ class DQN(ReplayPacing, Algorithm):
         self.optimizer = Adam(self.q.parameters(), self.config.lr, eps=self.config.adam_eps)
         self.params = list(self.q.parameters())
 
-    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor,
-                   q_next_online: torch.Tensor | None = None) -> torch.Tensor:
-        """r + discount * Q_target(s', a*), a* = argmax_a Q_online(s', a) with double-Q (pass
-        ``q_next_online`` when already computed), else argmax_a Q_target(s', a)."""
+    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, discounts: torch.Tensor) -> torch.Tensor:
+        """r + discount * Q_target(s', a*), a* = argmax_a Q_online(s', a) with double-Q, else
+        argmax_a Q_target(s', a)."""
         with torch.no_grad():
             q_next_target = self.target(next_obs)
             if self.config.double_q:
-                if q_next_online is None:
-                    q_next_online = self.q(next_obs)
-                q_next = q_next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
+                q_next = q_next_target.gather(1, self.q(next_obs).argmax(dim=1, keepdim=True)).squeeze(1)
             else:
                 q_next = q_next_target.max(dim=1).values
             return rewards + discounts * q_next
