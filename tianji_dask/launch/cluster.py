@@ -1,4 +1,5 @@
-"""Clusters: an embedded LocalCluster with role resources, batch jobs (Slurm, PBS), or an existing scheduler; and what a run asks of any of them (its LEARNER workers, its worker plugins)."""
+"""Clusters: an embedded LocalCluster with role resources, batch jobs (Slurm, PBS), or an existing
+scheduler; and what a run asks of any of them (its LEARNER workers, its worker plugins)."""
 
 from __future__ import annotations
 
