@@ -107,6 +107,18 @@ def test_a_loss_that_differs_from_eager_leaves_the_learner_eager_with_the_reason
     assert "loss" not in vars(toy) and "noisy" not in vars(toy)  # the class's own methods, eager
 
 
+def _compile_stacks(client) -> dict:
+    """Each worker's ``tianji-compile`` thread's innermost frames: what a stalled compile waits on."""
+    def stacks():
+        import sys
+        import threading
+        import traceback
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return ["".join(traceback.format_stack(f)[-12:]) for i, f in sys._current_frames().items()
+                if names.get(i) == "tianji-compile"]
+    return {w: s for w, s in client.run(stacks).items() if s}
+
+
 @pytest.mark.slow  # a real run on a cluster: DQN trains eager while its loss compiles, then compiled
 @pytest.mark.timeout(600)  # the suite's 300 s would cut the test's own 480 s deadline short
 def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_path):
@@ -116,7 +128,8 @@ def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_pat
     # usually 13-22 s; once, in a full suite, still compiling after 240 s (cause not isolated)
     deadline, seen = time.time() + 480, []
     while (state := run.status().get("learner_compile")) != "on":
-        assert time.time() < deadline and state in ("waiting", "compiling"), f"learner.compile went {seen + [state]}"
+        if time.time() >= deadline or state not in ("waiting", "compiling"):  # where the compile thread stands
+            pytest.fail(f"learner.compile went {seen + [state]}; the compile thread: {_compile_stacks(tianji_client)}")
         seen += [state] if not seen or seen[-1] != state else []
         time.sleep(0.2)
     time.sleep(2)  # a few compiled updates
