@@ -10,7 +10,7 @@ import torch
 
 from tianji_dask.algos import Algorithm
 from tianji_dask.config import PipelineError, load_pipeline
-from tianji_dask.core.compile import BackgroundCompile, resolve
+from tianji_dask.core.compile import THREAD_NAME, BackgroundCompile, resolve
 from tianji_dask.run import Run
 from tianji_dask.run.checks import check_pipeline
 
@@ -108,14 +108,14 @@ def test_a_loss_that_differs_from_eager_leaves_the_learner_eager_with_the_reason
 
 
 def _compile_stacks(client) -> dict:
-    """Each worker's ``tianji-compile`` thread's innermost frames: what a stalled compile waits on."""
-    def stacks():
+    """Each worker's compile thread's innermost frames: what a stalled compile waits on."""
+    def stacks(name=THREAD_NAME):
         import sys
         import threading
         import traceback
         names = {t.ident: t.name for t in threading.enumerate()}
         return ["".join(traceback.format_stack(f)[-12:]) for i, f in sys._current_frames().items()
-                if names.get(i) == "tianji-compile"]
+                if names.get(i) == name]
     return {w: s for w, s in client.run(stacks).items() if s}
 
 
@@ -125,7 +125,7 @@ def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_pat
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "compiled", overrides={
         "learner.compile": "on", "stop.target_return": None, "stop.max_seconds": 540})
     run.start()
-    # usually 13-22 s; once, in a full suite, still compiling after 240 s (cause not isolated)
+    # usually 13-22 s; in some full suites still compiling after 240 s (cause not isolated)
     deadline, seen = time.time() + 480, []
     while (state := run.status().get("learner_compile")) != "on":
         if time.time() >= deadline or state not in ("waiting", "compiling"):  # where the compile thread stands

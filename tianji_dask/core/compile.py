@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 #: ``auto`` leaves a run with a shorter time budget eager: it would end before compiling paid back
 AUTO_MIN_BUDGET_S = 120.0
 RTOL, ATOL = 1e-4, 1e-5
+#: the compiling thread's name, as a stack dump or a profiler shows it
+THREAD_NAME = "tianji-compile"
 
 
 def resolve(setting: str, algo, device: torch.device, budget_s: float | None) -> tuple[str | None, str]:
@@ -130,7 +132,7 @@ class BackgroundCompile:
                     delattr(self.algo, name)  # the class's own method again, until the compiled one
                 shadows = {n: _shadow(self.algo, self._inputs[n][2]) for n in self.names}
                 self.state, self._t0 = "compiling", time.perf_counter()
-                self._thread = threading.Thread(target=self._work, args=(shadows,), name="tianji-compile", daemon=True)
+                self._thread = threading.Thread(target=self._work, args=(shadows,), name=THREAD_NAME, daemon=True)
                 self._thread.start()
             return False
         if self.state != "compiling":
