@@ -10,9 +10,9 @@ it to the end, when the published state goes."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from tianji_dask.core.metrics import atomic_write
 from tianji_dask.errors import PipelineError
 
 RUN_FILE = "run.json"
@@ -25,10 +25,7 @@ def dataset_name(run_id: str) -> str:
 
 def write_run_file(out: Path, record: dict) -> None:
     """Write the run file (atomically: a reader never sees half of one)."""
-    path = Path(out) / RUN_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(Path(out) / RUN_FILE, lambda fh: json.dump(record, fh, indent=2, sort_keys=True))
 
 
 def _resume_hint(run_dir: Path) -> str:
