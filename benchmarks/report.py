@@ -2,6 +2,7 @@
 
     python benchmarks/report.py [--results benchmarks/results/suite] [--doc docs/benchmarks.md]
                                 [--images docs/images] [--reps 2000] [--check]
+    python benchmarks/report.py --runs TASK     # each raw run of TASK at its end, printed
 
 Reads every raw file (``<task>/<system>/seed<k>.json``) under ``--results`` and rewrites the text
 of ``--doc`` between the markers ``<!-- suite-report:begin -->`` and ``<!-- suite-report:end -->``,
@@ -216,6 +217,28 @@ def splice(text: str, section: str) -> str:
     return f"{head}{BEGIN}\n{section}\n{END}{tail}"
 
 
+def run_table(docs: list[dict], task: str, window: int = vs_peers.WINDOW) -> str:
+    """A markdown table, one line per raw run of ``task``: its end as the raw file records it (env
+    steps, the last and the best mean of ``window`` returns, and, where the rows carry env steps, the
+    last ``window`` episodes' mean length and return per env step: env steps between their ends,
+    exact with one env, on average where several envs' episodes interleave)."""
+    lines = [f"| system | seed | solved | env steps | final {window}-episode mean | best | "
+             f"last {window} episodes: mean length | return per step |", "|---|---|---|---|---|---|---|---|"]
+    for d in sorted((d for d in docs if d["task"] == task), key=lambda d: (_system_rank(d["system"]), d["seed"])):
+        rows = np.array(sorted(d["episodes"]), dtype=float)
+        means = (np.convolve(rows[:, 1], np.ones(window) / window, "valid") if len(rows) >= window
+                 else np.array([rows[:, 1].mean()]))
+        t, lower = censored_time(d)
+        length = per_step = "–"
+        if "env_steps" in d["episode_fields"] and len(rows) > window:
+            steps = rows[-window - 1:, d["episode_fields"].index("env_steps")]
+            length, per_step = f"{np.diff(steps).mean():,.0f}", f"{rows[-window:, 1].sum() / (steps[-1] - steps[0]):.2f}"
+        env_steps = f"{int(d['run']['env_steps']):,}" if d["run"].get("env_steps") is not None else "–"
+        lines.append(f"| {d['system']} | {d['seed']} | {'no' if lower else f'{t:.1f} s'} | {env_steps} | "
+                     f"{means[-1]:,.0f} | {means.max():,.0f} | {length} | {per_step} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "suite",
@@ -223,9 +246,17 @@ def main(argv=None) -> int:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md", help="the page to update")
     parser.add_argument("--images", type=Path, default=ROOT / "docs" / "images", help="where the figures go")
     parser.add_argument("--reps", type=int, default=REPS, help="bootstrap resamples per interval")
+    parser.add_argument("--runs", metavar="TASK", help="print each raw run of TASK at its end; write nothing")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if the page's section is not the one the raw files give")
     args = parser.parse_args(argv)
+    if args.runs:
+        docs = [d for d in load_runs(args.results) if d["task"] == args.runs]
+        if not docs:
+            print(f"report.py: --runs: no raw runs of {args.runs!r} under {args.results}", file=sys.stderr)
+            return 2
+        print(run_table(docs, args.runs))
+        return 0
     if not args.doc.is_file():
         print(f"report.py: no page {args.doc}", file=sys.stderr)
         return 2

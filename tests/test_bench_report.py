@@ -128,6 +128,30 @@ def test_report_writes_its_section_once_and_the_same_every_time(page):
     assert doc.read_text() == edited  # --check writes nothing
 
 
+def test_runs_prints_each_run_at_its_end_and_writes_nothing(page):
+    results, doc, images = page
+    before = doc.read_text()
+    proc = _report(results, doc, images, "--runs", "cartpole_ppo")
+    assert proc.returncode == 0, proc.stderr
+    header, _, *lines = [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.strip().splitlines()]
+    rows = [dict(zip(header, line)) for line in lines]
+    assert [(r["system"], r["seed"]) for r in rows] == [(s, str(k)) for s in TIMES for k in range(3)]  # tianji first
+    for cells in rows:
+        solve = TIMES[cells["system"]][int(cells["seed"])]
+        returns = [r[1] for r in _episodes(solve, with_steps=True)]
+        windows = [sum(returns[i - 100:i]) / 100 for i in range(100, len(returns) + 1)]
+        assert cells["solved"] == ("no" if solve is None else f"{solve:.1f} s")
+        assert cells["final 100-episode mean"] == f"{windows[-1]:,.0f}" and cells["best"] == f"{max(windows):,.0f}"
+        if cells["system"] == "tianji":  # its rows carry env steps: each episode's length is its return here
+            assert cells["last 100 episodes: mean length"] == f"{sum(returns[-100:]) / 100:,.0f}"
+            assert cells["return per step"] == "1.00"
+        else:
+            assert cells["last 100 episodes: mean length"] == cells["return per step"] == "–"
+    assert doc.read_text() == before and not images.exists()  # --runs writes nothing
+    missing = _report(results, doc, images, "--runs", "hopper_ppo")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no raw runs of 'hopper_ppo'" in missing.stderr
+
+
 def test_an_empty_results_folder_says_so_in_one_line(tmp_path):
     doc = tmp_path / "page.md"
     doc.write_text(f"{HEAD}{BEGIN}\n{END}{TAIL}")
