@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         dask.config.set({"distributed.admin.system-monitor.log-length": 240,
                          "distributed.admin.low-level-log-length": 120})
         # ... and so are the controller's, which runs in this process beside the scheduler
-        from tianji_dask.dataflow import books
+        from tianji_dask.dataflow.controller import books
 
         books.SERIES_LEN = books.HISTORY_LEN = books.WINDOW_LOG_LEN = SHORT_HISTORY
     cluster = local_cluster(2, dashboard_address=None)

@@ -602,15 +602,15 @@ def _chunk_nbytes(chunk: dict) -> int:
 
 
 def _start_sink(dask_worker) -> tuple:
-    """A direct-path sink in this worker's process, as a learner has one (tianji_dask/dataflow/direct.py)."""
-    from tianji_dask.dataflow.direct import ChunkSink, sink_host
+    """A direct-path sink in this worker's process, as a learner has one (tianji_dask/dataflow/direct/sink.py)."""
+    from tianji_dask.dataflow.direct.sink import ChunkSink, sink_host
 
     dask_worker.bench_sink = ChunkSink(sink_host(dask_worker.address))
     return dask_worker.bench_sink.address, dask_worker.bench_sink.secret
 
 
 def _send_direct(chunk: dict, address: tuple, key: str, secret: bytes) -> str:
-    from tianji_dask.dataflow.direct import send_chunk
+    from tianji_dask.dataflow.direct.send import send_chunk
 
     send_chunk(address, key, chunk, secret=secret)
     return key

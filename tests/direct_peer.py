@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tianji_dask.chunk import make_chunk
-from tianji_dask.dataflow.direct import DirectChunk, send_chunk
+from tianji_dask.dataflow.direct.send import send_chunk
+from tianji_dask.dataflow.direct.sink import DirectChunk
 
 # (T, N, obs dim): a small chunk (packed into one buffer) and a 3 MiB one (one buffer per array)
 SIZES = {"small": (16, 2, 4), "large": (128, 8, 768)}

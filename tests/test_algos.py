@@ -15,7 +15,7 @@ from tianji_dask.algos.dqn import DQN, DQNConfig
 from tianji_dask.algos.impala import IMPALA, IMPALAConfig, vtrace
 from tianji_dask.algos.models import ActorCritic, Adam, QNetwork, clip_grad_norm
 from tianji_dask.algos.ppo import PPO, PPOConfig, gae
-from tianji_dask.algos.replay import ReplayBuffer, nstep_transitions
+from tianji_dask.algos.replay_buffer import ReplayBuffer, nstep_transitions
 from tianji_dask.chunk import make_chunk, validate_chunk
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import env_spaces

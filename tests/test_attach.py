@@ -76,7 +76,7 @@ def scheduler():
     """A scheduler with the controller and no workers (nothing trains), and a client of it."""
     from distributed import Client, LocalCluster
 
-    from tianji_dask.dataflow.controller import StalenessController
+    from tianji_dask.dataflow.controller.plugin import StalenessController
 
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=":0") as cluster:
         with Client(cluster) as client:

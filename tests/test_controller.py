@@ -8,12 +8,12 @@ import pytest
 from conftest import settle
 
 from tianji_dask.config import PipelineError, load_pipeline
-from tianji_dask.dataflow.controller import StalenessController
-from tianji_dask.dataflow.law import (
+from tianji_dask.dataflow.controller.plugin import StalenessController
+from tianji_dask.dataflow.controller.law import (
     REPLAY_CEILING_MARGIN,
     REPLAY_MAX_STEP,
     REPLAY_PERIOD_S,
-    ReplayLaw,
+    ReplayRatioLaw,
     WindowLaw,
     replay_gate,
 )
@@ -197,7 +197,7 @@ def test_replay_gate():
     assert replay_gate(None, 0, 10_000, 5, 256, warm=True)
 
 
-def _replay_plant(law: ReplayLaw, k: float, periods: int, t0: float = 0.0) -> float:
+def _replay_plant(law: ReplayRatioLaw, k: float, periods: int, t0: float = 0.0) -> float:
     """Report to the law, twice a second, the replay staleness its ratio makes (s = k rho: a
     full buffer's C/2 env steps of age at rho / B versions per env step)."""
     t = t0
@@ -209,7 +209,7 @@ def _replay_plant(law: ReplayLaw, k: float, periods: int, t0: float = 0.0) -> fl
 
 @pytest.mark.parametrize("target,k", [(500.0, 50.0), (150.0, 10.0), (300.0, 40.0)])
 def test_replay_law_settles_at_its_target(target, k):
-    law = ReplayLaw([6.0, 24.0], target=target, gain=0.5)
+    law = ReplayRatioLaw([6.0, 24.0], target=target, gain=0.5)
     assert law.rho == 12.0 and law.verdict == {"state": "settling", "reason": None}  # the band's geometric middle
     factors, t = [], 0.0
     for _ in range(30):
@@ -228,7 +228,7 @@ def test_replay_law_does_not_overshoot_while_the_buffer_fills(fill_reported):
     to full over 40 periods). Steering by s / f, rho goes straight to target / k and staleness
     rises to the target from below; steering by s alone raises rho to the band's top while the
     buffer fills, and staleness overshoots once it is full."""
-    law, k, target, t, seen = ReplayLaw([6.0, 24.0], target=500.0), 50.0, 500.0, 0.0, []
+    law, k, target, t, seen = ReplayRatioLaw([6.0, 24.0], target=500.0), 50.0, 500.0, 0.0, []
     for step in range(int(60 * REPLAY_PERIOD_S / 0.5)):
         t += 0.5
         fill = min(1.0, 0.05 + step * 0.5 / (40 * REPLAY_PERIOD_S))
@@ -242,7 +242,7 @@ def test_replay_law_does_not_overshoot_while_the_buffer_fills(fill_reported):
 
 
 def test_replay_law_says_why_a_target_is_out_of_reach_at_either_edge_of_the_band():
-    law = ReplayLaw([6.0, 24.0], target=10_000.0)  # 50 versions per unit of ratio: even 24 is too fresh
+    law = ReplayRatioLaw([6.0, 24.0], target=10_000.0)  # 50 versions per unit of ratio: even 24 is too fresh
     _replay_plant(law, 50.0, periods=2)
     assert law.verdict["state"] == "settling"  # not at its ceiling long enough to say
     _replay_plant(law, 50.0, periods=10, t0=100.0)
@@ -257,11 +257,11 @@ def test_replay_law_says_why_a_target_is_out_of_reach_at_either_edge_of_the_band
 
 
 def test_replay_law_without_target_applies_the_band_as_it_is():
-    law = ReplayLaw([6.0, 24.0])
+    law = ReplayRatioLaw([6.0, 24.0])
     _replay_plant(law, 50.0, periods=5)
     assert law.bounds() == (6.0, 24.0) and law.rho == 12.0 and law.verdict == {"state": "off", "reason": None}
     assert law.last == pytest.approx(600.0)  # it still measures
-    assert ReplayLaw(None, target=5.0).bounds() == (None, None)  # no band: no pacing
+    assert ReplayRatioLaw(None, target=5.0).bounds() == (None, None)  # no band: no pacing
 
 
 def test_books_hold_a_replay_target_through_the_band_and_owe_each_env_step_its_floor():
@@ -409,7 +409,7 @@ def test_span_metadata_stays_bounded_over_many_submissions():
     # (dask/distributed#7977); the controller folds identical ones for explorer tasks
     from distributed import Client, LocalCluster
 
-    from tianji_dask.dataflow.controller import SPAN_METADATA_MAX
+    from tianji_dask.dataflow.controller.plugin import SPAN_METADATA_MAX
 
     def collections(dask_scheduler, key):
         span = dask_scheduler.extensions["spans"].spans[dask_scheduler.tasks[key].group.span_id]

@@ -8,8 +8,8 @@ import pytest
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.config.doc import render
 from tianji_dask.config.sections import ControllerConfig
-from tianji_dask.dataflow.controller import StalenessController
-from tianji_dask.dataflow.settings import BY_NAME, LIVE, SETTINGS
+from tianji_dask.dataflow.controller.plugin import StalenessController
+from tianji_dask.dataflow.controller.settings import BY_NAME, LIVE, SETTINGS
 from tianji_dask.run import Run
 
 #: a value each live setting may take on cartpole_ppo's books (one chunk per update)

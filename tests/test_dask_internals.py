@@ -129,6 +129,7 @@ def test_an_actor_handle_from_its_address_and_key(client):
 
     assert actor.add().result() == 1
     assert client.submit(call_from_worker, pure=False).result() == 2
+    assert dask_internals.actor_address(actor) == worker and dask_internals.actor_address(None) is None
 
 
 def test_the_environment_a_nanny_gives_its_workers_is_read_before_distributed_is_imported():

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from tianji_dask import Run
-from tianji_dask.dataflow import direct
-from tianji_dask.dataflow.direct import (
+from tianji_dask.dataflow.direct import send as direct_send
+from tianji_dask.dataflow.direct import sink as direct
+from tianji_dask.dataflow.direct.sink import (
     REFUSALS,
     ChunkSink,
     DirectChunk,
@@ -25,9 +26,9 @@ from tianji_dask.dataflow.direct import (
     Unencodable,
     decode,
     encode,
-    send_chunk,
     sink_host,
 )
+from tianji_dask.dataflow.direct.send import send_chunk
 
 _chunk = direct_peer.chunk
 SIZES = direct_peer.SIZES  # (T, N, obs dim): a small chunk (packed into one buffer) and a 3 MiB one
@@ -158,7 +159,7 @@ def test_a_unix_connection_takes_a_megabyte_chunk_in_one_write():
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as plain:
         default = plain.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     sink = ChunkSink("127.0.0.1")
-    conn = direct._connect(sink.address, sink.secret)
+    conn = direct_send._connect(sink.address, sink.secret)
     try:
         assert conn.family == socket.AF_UNIX
         got = conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
@@ -317,7 +318,7 @@ def test_the_pickle_path_is_gone(tmp_path):
     with pytest.raises(Refused) as refused:
         decode(gadget, np.zeros(0, np.uint8))
     assert refused.value.reason == "bad_header" and not marker.exists()
-    assert not hasattr(direct, "pickle"), "direct.py does not import pickle"
+    assert not hasattr(direct, "pickle") and not hasattr(direct_send, "pickle"), "the direct path does not import pickle"
 
 
 def test_a_sender_without_the_right_secret_fails_its_task_and_a_silent_stranger_is_dropped():

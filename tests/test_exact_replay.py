@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tianji_dask.cli import main
-from tianji_dask.core.replay_log import REPLAY_FIELDS, ReplayLog, weights_digest
+from tianji_dask.core.exact_replay_log import REPLAY_FIELDS, ExactReplayLog, weights_digest
 from tianji_dask.run import Run
 
 
@@ -23,7 +23,7 @@ def test_the_digest_names_every_array_its_dtype_shape_and_bytes():
 
 
 def test_the_log_keeps_one_row_per_consumed_chunk_and_says_why_not():
-    log = ReplayLog({"epsilon": 0.5})
+    log = ExactReplayLog({"epsilon": 0.5})
     log.record({"explorer_id": 1, "stream_serial": 3, "env_seed": 1009, "policy_version": 7}, 9, False, {"epsilon": 0.25})
     # every field: the stream, its serial, env seed, policy version, updates before, not skipped, the
     # one explore value and NaN for the explore key this log does not have (assert_equal: NaN == NaN)

@@ -8,9 +8,9 @@ import pytest
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.config import PipelineError, load_pipeline
-from tianji_dask.dataflow.controller import StalenessController
+from tianji_dask.dataflow.controller.plugin import StalenessController
 from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
-from tianji_dask.dataflow.reducer import Reducer, average
+from tianji_dask.dataflow.learner.reducer import Reducer, average
 from tianji_dask.envs.vector import env_spaces
 from tianji_dask.run import Run
 from tianji_dask.run.checks import check_pipeline

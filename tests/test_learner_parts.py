@@ -19,15 +19,15 @@ from tianji_dask.algos import make_algorithm
 from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.stop import StopRules
-from tianji_dask.dataflow.controller import StalenessController
-from tianji_dask.dataflow.explorer import EnvPool, pool_name
+from tianji_dask.dataflow.controller.plugin import StalenessController
+from tianji_dask.dataflow.explorer.pool import EnvPool, pool_name
 from tianji_dask.dataflow.learner.admission import AdmissionClient
 from tianji_dask.dataflow.learner.fusion import FusionClient
 from tianji_dask.dataflow.learner.spec import FusionSpec
 from tianji_dask.dataflow.learner.stream import ExplorerStream
 from tianji_dask.dataflow.learner.weights import WeightsPublisher
 from tianji_dask.dataflow.messages import Consumption, Progress
-from tianji_dask.dataflow.reducer import Reducer
+from tianji_dask.dataflow.learner.reducer import Reducer
 from tianji_dask.envs.vector import env_spaces
 
 SPACES = env_spaces("CartPole-v1")

@@ -13,7 +13,7 @@ from mpe2 import simple_spread_v3  # noqa: E402
 
 from tianji_dask import Run
 from tianji_dask.algos import make_algorithm  # noqa: E402
-from tianji_dask.algos.replay import nstep_transitions  # noqa: E402
+from tianji_dask.algos.replay_buffer import nstep_transitions  # noqa: E402
 from tianji_dask.chunk import validate_chunk  # noqa: E402
 from tianji_dask.config import PipelineError, load_pipeline  # noqa: E402
 from tianji_dask.core import checkpoint  # noqa: E402

@@ -190,7 +190,7 @@ def test_two_runs_on_one_scheduler_keep_their_books_pages_and_series_apart(dashb
 def test_page_follows_the_newest_run_until_one_is_picked():
     from distributed import Scheduler
 
-    from tianji_dask.dataflow.controller import StalenessController
+    from tianji_dask.dataflow.controller.plugin import StalenessController
     from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
     from tianji_dask.observe.dashboard import PAGES, Panels
 
@@ -357,7 +357,7 @@ def test_preloaded_external_scheduler_serves_the_pages(preloaded_scheduler):
 def test_running_scheduler_gets_the_page_when_the_controller_arrives(plain_scheduler):
     from distributed import Client
 
-    from tianji_dask.dataflow.controller import StalenessController
+    from tianji_dask.dataflow.controller.plugin import StalenessController
 
     address, dashboard = plain_scheduler
     with pytest.raises(urllib.error.HTTPError):

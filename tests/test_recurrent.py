@@ -15,7 +15,7 @@ from tianji_dask.algos.ppo import PPO, PPOConfig, gae
 from tianji_dask.algos.recurrent import with_start_state
 from tianji_dask.algos.recurrent_ppo import sequence_batch
 from tianji_dask.chunk import validate_chunk
-from tianji_dask.dataflow.wire import decode, encode
+from tianji_dask.dataflow.direct.wire import decode, encode
 from tianji_dask.envs.rollout import Rollout
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

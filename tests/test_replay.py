@@ -14,7 +14,7 @@ from test_algos import ACT, OBS, hand_chunk
 from test_continuous import BOX, box_chunk
 
 from tianji_dask.algos.dqn import DQN, DQNConfig
-from tianji_dask.algos.replay import VERSION, PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from tianji_dask.algos.replay_buffer import VERSION, PrioritizedReplayBuffer, ReplayBuffer, SumTree
 from tianji_dask.algos.sac import SAC, SACConfig
 from tianji_dask.config import StopConfig
 from tianji_dask.core import checkpoint

@@ -88,6 +88,12 @@ def actor_handle(cls, address: str, key: str, worker):
     return Actor(cls, address, key, worker=worker)
 
 
+def actor_address(actor) -> str | None:
+    """The address of the worker an actor handle points to (None for no handle): Dask has no
+    public name for it, and the run needs it to know which worker its learner lives on."""
+    return None if actor is None else actor._address
+
+
 # ---- key-name cache ----------------------------------------------------------------------------
 def key_cache_size() -> int:
     """Entries in ``dask.utils.key_split``'s ``lru_cache``: every process that handles a task calls

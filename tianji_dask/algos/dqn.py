@@ -28,7 +28,7 @@ from tianji_dask.algos.models import (
     snapshot,
     weights_of,
 )
-from tianji_dask.algos.replay import (
+from tianji_dask.algos.replay_buffer import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
     ReplayPacing,

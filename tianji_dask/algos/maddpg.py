@@ -33,7 +33,7 @@ from tianji_dask.algos.models import (
     snapshot,
     weights_of,
 )
-from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
+from tianji_dask.algos.replay_buffer import ReplayBuffer, ReplayPacing, nstep_transitions
 
 
 class MADDPGConfig(AlgoConfig):

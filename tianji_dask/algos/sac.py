@@ -37,7 +37,7 @@ from tianji_dask.algos.models import (
     weights_of,
 )
 from tianji_dask.algos.normalize import ObsNormalizer, split_weights
-from tianji_dask.algos.replay import ReplayBuffer, ReplayPacing, nstep_transitions
+from tianji_dask.algos.replay_buffer import ReplayBuffer, ReplayPacing, nstep_transitions
 
 
 class SACConfig(AlgoConfig):

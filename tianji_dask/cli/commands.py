@@ -21,7 +21,7 @@ def cmd_pipelines(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from tianji_dask.evaluate import evaluate
+    from tianji_dask.playback.evaluate import evaluate
 
     ev = evaluate(args.run_dir, checkpoint_path=args.checkpoint, episodes=args.episodes, seed=args.seed,
                   video_dir=args.video)
@@ -44,7 +44,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from tianji_dask.replay import ReplayMismatch, replay
+    from tianji_dask.playback.exact_replay import ReplayMismatch, replay
 
     try:
         done = replay(args.run_dir)

@@ -26,7 +26,7 @@ from tianji_dask.config.bundled import (  # noqa: F401 - config's API
     bundled_pipelines_dir,
     resolve_pipeline_path,
 )
-from tianji_dask.dataflow import settings as controller
+from tianji_dask.dataflow.controller import settings as controller
 from tianji_dask.errors import PipelineError
 from tianji_dask.importing import spec_of
 

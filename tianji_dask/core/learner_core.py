@@ -15,7 +15,7 @@ from tianji_dask.core import checkpoint
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
-from tianji_dask.core.replay_log import ReplayLog, weights_digest
+from tianji_dask.core.exact_replay_log import ExactReplayLog, weights_digest
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.torch_setup import learner_device, prepare_torch
 from tianji_dask.errors import raised_in
@@ -67,7 +67,7 @@ class LearnerCore:
             self.ledger.t_run_start = spec.keep_t_run_start
         self.replay_log = None
         if spec.replay_log:
-            self.replay_log = ReplayLog(self.algo.exploration(0, 0), spec.rows_dir)
+            self.replay_log = ExactReplayLog(self.algo.exploration(0, 0), spec.rows_dir)
             if spec.resume_from or spec.keep_t_run_start is not None:
                 self.replay_log.not_replayable("the learner continued from a checkpoint (resumed or rebuilt)")
             if spec.device != "cpu":

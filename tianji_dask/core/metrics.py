@@ -109,7 +109,7 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
     atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
     atomic_write(out / "chunks.csv", rows(CHUNK_FIELDS, chunks))
     if replay is not None:
-        from tianji_dask.core.replay_log import REPLAY_FIELDS
+        from tianji_dask.core.exact_replay_log import REPLAY_FIELDS
 
         atomic_write(out / "replay.csv", rows(REPLAY_FIELDS, replay))
     if results.get("eval"):

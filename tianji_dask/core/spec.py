@@ -43,7 +43,7 @@ class CoreSpec:
     resume_from: str | None = None
     keep_t_run_start: float | None = None
     tensorboard_dir: str | None = None
-    #: keep the log an exact re-execution needs (core/replay_log.py): relaxed and lockstep, one group
+    #: keep the log an exact re-execution needs (core/exact_replay_log.py): relaxed and lockstep, one group
     replay_log: bool = False
     #: the callbacks this learner calls (on a thread of their own), None: none
     callbacks: CallbackPlan | None = None

@@ -65,7 +65,7 @@ class ControllerParams:
     filter, a counter that changes whenever a client reconfigures the controller, and the window
     law's verdict on its staleness target (``WindowLaw.verdict``: off, settling, held or
     unreachable, with the reason when unreachable) and the replay law's on its replay staleness
-    target (``ReplayLaw.verdict``), which the learner's status reports."""
+    target (``ReplayRatioLaw.verdict``), which the learner's status reports."""
 
     window: int
     rho_max: float | None = None

@@ -10,7 +10,7 @@ install()
 
 
 def dask_setup(scheduler):
-    from tianji_dask.dataflow.controller import StalenessController
+    from tianji_dask.dataflow.controller.plugin import StalenessController
 
     if "tianji" not in scheduler.plugins:
         scheduler.add_plugin(StalenessController(), name="tianji")

@@ -21,7 +21,8 @@ import gymnasium.envs.classic_control  # noqa: E402, F401 - the bundled small en
 import torch  # noqa: E402, F401
 
 from tianji_dask.algos import algorithm_registry  # noqa: E402
-from tianji_dask.dataflow import explorer, reducer  # noqa: E402, F401 - the env pool, explore_chunk, the reducer actor
+from tianji_dask.dataflow.explorer import pool, tasks  # noqa: E402, F401 - the env pool, explore_chunk
+from tianji_dask.dataflow.learner import reducer  # noqa: E402, F401 - the reducer actor
 from tianji_dask.dataflow.learner import actor  # noqa: E402, F401 - the learner actor
 from tianji_dask.launch import worker_preload  # noqa: E402, F401 - dask's worker preload
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tianji_dask.algos import algorithm_registry, make_algorithm
 from tianji_dask.config import Pipeline, PipelineError
-from tianji_dask.dataflow.settings import window_floor
+from tianji_dask.dataflow.controller.settings import window_floor
 from tianji_dask.envs.vector import env_spaces
 
 

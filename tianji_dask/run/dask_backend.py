@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 
+from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError, RunFault
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
 from tianji_dask.run import accounting, specs
 from tianji_dask.run.backend import Backend, RunPlan
-from tianji_dask.run.worker_imports import check_worker_imports
+from tianji_dask.run.worker_checks import check_worker_imports
 
 REBUILD_ATTEMPTS = 3
 REBUILD_WAIT_S = 120
@@ -51,8 +52,8 @@ class DaskBackend(Backend):
 
     # ---- start ------------------------------------------------------------------------------
     def start(self) -> None:
-        from tianji_dask.dataflow.controller import StalenessController
-        from tianji_dask.dataflow.explorer import EnvPool, pool_name
+        from tianji_dask.dataflow.controller.plugin import StalenessController
+        from tianji_dask.dataflow.explorer.pool import EnvPool, pool_name
         from tianji_dask.launch.cluster import check_roles, default_explorer_workers, open_cluster, stop_active_memory_manager
 
         plan, p = self.plan, self.plan.pipeline
@@ -81,7 +82,7 @@ class DaskBackend(Backend):
             self._task_metrics0 = accounting.task_metrics(client)
             self._explorer_rss0 = accounting.explorer_rss(client)
         if p.groups > 1:
-            from tianji_dask.dataflow.reducer import Reducer
+            from tianji_dask.dataflow.learner.reducer import Reducer
 
             self._reducer_address = learner_workers(client)[0]
             self._reducer_future = client.submit(Reducer, p.groups, actor=True, workers=[self._reducer_address],
@@ -94,7 +95,7 @@ class DaskBackend(Backend):
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
             raise
-        self._learner_names = [self._worker_name(learner._address) for learner in self._learners]
+        self._learner_names = [self._worker_name(dask_internals.actor_address(learner)) for learner in self._learners]
         if not plan.shares_cluster:
             self._cpu0 = accounting.cpu_seconds(client)
         if self.outlives_driver:
@@ -277,7 +278,7 @@ class DaskBackend(Backend):
         out = self.plan.out
         directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
         handoff = checkpoint.handoff_left(directory)
-        if (handoff is not None and handoff.get("worker") == getattr(self._learners[group], "_address", None)
+        if (handoff is not None and handoff.get("worker") == dask_internals.actor_address(self._learners[group])
                 and all(entry.get("checkpoint") != handoff["checkpoint"] for entry in self.restarts)):
             # it handed off (a preemption) and its worker closed before this driver asked how it ended
             self._hand_off(group, handoff)
@@ -377,7 +378,7 @@ class DaskBackend(Backend):
         pool leaves the workers (on a shared cluster the next runs' pools take the room), and
         what it published (on a scheduler of its own making) goes. Best effort: a cluster that is
         gone has nothing left to free."""
-        from tianji_dask.dataflow.explorer import pool_name
+        from tianji_dask.dataflow.explorer.pool import pool_name
         from tianji_dask.run import attach
 
         try:

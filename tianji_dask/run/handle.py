@@ -14,7 +14,7 @@ from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
-from tianji_dask.dataflow import settings as controller_settings
+from tianji_dask.dataflow.controller import settings as controller_settings
 from tianji_dask.errors import RunFault
 from tianji_dask.run import specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend

@@ -55,7 +55,7 @@ class Learner:
         core.checkpoint_extra = lambda: {"controller": self.admission.params.to_wire(), "run_id": spec.run_id}
         self.fusion = None
         if spec.fusion is not None:
-            from tianji_dask.dataflow.reducer import Reducer
+            from tianji_dask.dataflow.learner.reducer import Reducer
 
             reducer = dask_internals.actor_handle(Reducer, spec.fusion.reducer_address, spec.fusion.reducer_key, worker)
             self.fusion = FusionClient(spec.fusion, spec.group, reducer)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tianji_dask.dataflow.explorer import evaluate_policy
+from tianji_dask.dataflow.explorer.tasks import evaluate_policy
 from tianji_dask.dataflow.learner.spec import EvalSpec
 
 logger = logging.getLogger("tianji_dask.evaluation")

@@ -203,7 +203,7 @@ REPLAY_PERIOD_S = 2.0
 REPLAY_CEILING_MARGIN = 1.25
 
 
-class ReplayLaw:
+class ReplayRatioLaw:
     """Moves an effective replay ratio rho within the band [rho_min, rho_max] toward a replay
     staleness target: the mean age, in versions, of the samples the learner trains on.
 

@@ -12,13 +12,13 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from tianji_dask.dataflow.law import ReplayLaw, WindowLaw, replay_gate, samples_needed
+from tianji_dask.dataflow.controller.law import ReplayRatioLaw, WindowLaw, replay_gate, samples_needed
 from tianji_dask.dataflow.messages import (
     ControllerParams,
     CycleReply,
     consumptions_from_wire,
 )
-from tianji_dask.dataflow.settings import BY_NAME, check_live
+from tianji_dask.dataflow.controller.settings import BY_NAME, check_live
 
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
@@ -65,7 +65,7 @@ class Books:
             law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
             w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", BY_NAME["gain"].default),
         )
-        self.replay_law = ReplayLaw(law.get("replay_ratio"), target=law.get("replay_staleness_target"),
+        self.replay_law = ReplayRatioLaw(law.get("replay_ratio"), target=law.get("replay_staleness_target"),
                                 gain=law.get("gain", BY_NAME["gain"].default))
         # samples the floor asks for the env steps booked so far, each at the floor in force when it
         # came: a floor that moves asks its new ratio of new env steps only

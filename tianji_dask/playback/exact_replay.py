@@ -1,6 +1,6 @@
 """Re-execute an asynchronous run exactly, in one process, from its replay log (no Dask).
 
-The log (``replay.csv``, ``core/replay_log.py``) holds, per consumed chunk in consumption order,
+The log (``replay.csv``, ``core/exact_replay_log.py``) holds, per consumed chunk in consumption order,
 the explorer stream and its env instance (by seed) and chunk serial, the policy version and the
 exploration settings it acted with, and the learner's update count when it was consumed. Here
 each stream's envs are rebuilt from their seeds and stepped chunk by chunk in their own order,
@@ -64,7 +64,7 @@ def replay(run_dir: str | os.PathLike) -> Replayed:
     """Re-execute the run in ``run_dir``; ``Replayed.same`` says whether it reached the recorded
     final weights. PipelineError (one line) for a run that cannot be replayed."""
     from tianji_dask.config import load_pipeline
-    from tianji_dask.core.replay_log import weights_digest
+    from tianji_dask.core.exact_replay_log import weights_digest
     from tianji_dask.core.torch_setup import prepare_torch
     from tianji_dask.envs.rollout import Rollout
     from tianji_dask.run.checks import check_pipeline

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.books import EXPLORE_PREFIX, Books, key_tag
+from tianji_dask.dataflow.controller.books import EXPLORE_PREFIX, Books, key_tag
 from tianji_dask.dataflow.keycache import bound_key_cache
 
 logger = logging.getLogger("tianji_dask.controller")

@@ -4,7 +4,7 @@ One row per consumed chunk, in consumption order: which explorer stream made it 
 that stream's env instances, by its seed, and which of its chunks, by serial), with which policy
 version and exploration settings, how many updates the learner had made when it consumed it,
 and whether it was dropped before the algorithm saw it. With the seeds (each stream's envs, each
-chunk's action sampling, the learner's own), that is the whole run: ``tianji_dask.replay``
+chunk's action sampling, the learner's own), that is the whole run: ``tianji_dask.playback.exact_replay``
 re-executes it in one process and must reach the same final weights (``weights_digest``).
 """
 
@@ -33,7 +33,7 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-class ReplayLog:
+class ExactReplayLog:
     """``explore_keys``: the names of the algorithm's exploration settings (sorted), at most two,
     recorded as numbers (a bool as 0 or 1); more than two and the run is marked not replayable."""
 
