@@ -9,16 +9,17 @@ from conftest import settle
 
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.dataflow.controller.plugin import StalenessController
-from tianji_dask.dataflow.controller.law import (
+from tianji_dask.dataflow.controller.pacing import (
     REPLAY_CEILING_MARGIN,
     REPLAY_MAX_STEP,
     REPLAY_PERIOD_S,
     ReplayRatioLaw,
-    WindowLaw,
     replay_gate,
 )
+from tianji_dask.dataflow.controller.window_law import WindowLaw
 from tianji_dask.dataflow.messages import Consumption, consumptions_to_wire
 from tianji_dask.run import Run
+from helpers import law_wire
 
 
 # ---- the law, as arithmetic ----------------------------------------------------------------
@@ -34,7 +35,7 @@ def _plant(law: WindowLaw, u: float, periods: int, t0: float = 0.0, k: float = 0
 
 
 def test_law_without_target_keeps_the_window():
-    law = WindowLaw(5, target=None, w_min=1, w_max=16)
+    law = WindowLaw(5, staleness_target=None, window_min=1, window_max=16, gain=0.5)
     _plant(law, u=1.0, periods=20)
     assert law.window == 5
     assert law.last["staleness"] == 5  # it still measures
@@ -42,13 +43,13 @@ def test_law_without_target_keeps_the_window():
 
 @pytest.mark.parametrize("start,target,u", [(12, 2, 1.0), (1, 8, 1.0), (16, 4, 2.0), (2, 6, 0.5)])
 def test_law_settles_at_the_target(start, target, u):
-    law = WindowLaw(start, target=target, w_min=1, w_max=32, gain=0.5)
+    law = WindowLaw(start, staleness_target=target, window_min=1, window_max=32, gain=0.5)
     _plant(law, u=u, periods=40)
     assert abs(law.window * u - target) <= max(u, 1.0)
 
 
 def test_law_steps_are_bounded_and_clamped():
-    law = WindowLaw(8, target=0, w_min=3, w_max=10)
+    law = WindowLaw(8, staleness_target=0, window_min=3, window_max=10, gain=0.5)
     windows = [law.w]
     t = 0.0
     for _ in range(60):
@@ -58,7 +59,7 @@ def test_law_steps_are_bounded_and_clamped():
     steps = np.diff(windows)
     assert (steps >= -np.maximum(1, np.array(windows[:-1]) / 2) - 1e-9).all()  # at most max(1, W/2) per period
     assert min(windows) == 3 and law.window == 3  # never below w_min
-    law.configure(target=1000)
+    law.configure(staleness_target=1000)
     for _ in range(30):
         for _ in range(law.window):
             t += 0.1
@@ -69,7 +70,7 @@ def test_law_steps_are_bounded_and_clamped():
 def test_law_leaves_out_the_chunks_admitted_before_its_move():
     # a plant with a whole window of dead time: each chunk measures the window in force when it
     # was admitted, W chunks earlier (chunks queued behind 8 explorers at a window of 64)
-    law, t, version, queue = WindowLaw(64, target=32, w_min=1, w_max=128), 0.0, 0, []
+    law, t, version, queue = WindowLaw(64, staleness_target=32, window_min=1, window_max=128, gain=0.5), 0.0, 0, []
     moves = []
     for _ in range(2000):
         queue.append(law.window)  # admitted now, consumed a window later
@@ -89,7 +90,7 @@ def test_law_settles_on_a_small_target_though_stragglers_make_single_chunks_nois
     # at window 2. A law acting on one chunk at a time chased the zeros and the sevens.
     rng = np.random.default_rng(0)
     means = {1: 0.2, 2: 1.0, 3: 1.35, 4: 3.6}
-    law, t, version, seen = WindowLaw(2, target=1, w_min=1, w_max=32), 0.0, 0, []
+    law, t, version, seen = WindowLaw(2, staleness_target=1, window_min=1, window_max=32, gain=0.5), 0.0, 0, []
     for _ in range(600):
         w = min(law.window, 5)
         m = means.get(w, 3.6 + 2 * (w - 4))
@@ -109,7 +110,7 @@ def _straggler_plant(target: int, seed: int, seconds: float = 120.0) -> float:
     sigma 1 (``env.step_cost_jitter: 1.0``); the learner makes one update per chunk as it arrives.
     Returns the mean staleness of the chunks consumed in the second half."""
     rng = np.random.default_rng(seed)
-    law = WindowLaw(target + 1, target=target, w_min=1, w_max=4 * target + 8)
+    law = WindowLaw(target + 1, staleness_target=target, window_min=1, window_max=4 * target + 8, gain=0.5)
     t, version, flight, seen = 0.0, 0, [], []
     while t < seconds:
         while len(flight) < law.window:
@@ -130,28 +131,28 @@ def test_law_holds_its_target_where_stragglers_return_chunks_out_of_order(target
 
 
 def test_law_says_when_its_target_is_held_and_why_one_is_out_of_reach():
-    law = WindowLaw(4, target=4, w_min=1, w_max=32)
+    law = WindowLaw(4, staleness_target=4, window_min=1, window_max=32, gain=0.5)
     assert law.verdict == {"state": "settling", "reason": None}
     _plant(law, u=1.0, periods=10)
     assert law.verdict == {"state": "held", "reason": None}
     # ten updates per chunk: even one chunk in flight is ten versions stale
-    law = WindowLaw(4, target=4, w_min=1, w_max=32)
+    law = WindowLaw(4, staleness_target=4, window_min=1, window_max=32, gain=0.5)
     _plant(law, u=10.0, periods=2)
     assert law.verdict["state"] == "settling"  # not yet at its floor long enough to say
     _plant(law, u=10.0, periods=60)  # at window 1, a law period is 8 chunks: 3 of them at the floor
     assert law.window == 1 and law.verdict["state"] == "unreachable"
     assert "window_min 1" in law.verdict["reason"] and "10.00 updates per chunk" in law.verdict["reason"]
     # a window at its ceiling that is still too fresh
-    law = WindowLaw(4, target=60, w_min=1, w_max=8)
+    law = WindowLaw(4, staleness_target=60, window_min=1, window_max=8, gain=0.5)
     _plant(law, u=1.0, periods=12)
     assert law.window == 8 and law.verdict["state"] == "unreachable" and "window_max 8" in law.verdict["reason"]
     # growth held because the learner drops what a wider window makes
-    law, t = WindowLaw(4, target=40, w_min=1, w_max=64), 0.0
+    law, t = WindowLaw(4, staleness_target=40, window_min=1, window_max=64, gain=0.5), 0.0
     for version in range(1, 40):
         t += 0.3
         law.observe(t, version, [4, 4, 4, 4], dropped=2)
     assert law.window == 4 and law.verdict["state"] == "unreachable" and "lag limit" in law.verdict["reason"]
-    law.configure(target=None)
+    law.configure(staleness_target=None)
     assert law.verdict == {"state": "off", "reason": None}
 
 
@@ -159,7 +160,7 @@ def test_the_verdict_counts_the_chunks_the_law_leaves_out_and_says_why_it_is_sti
     # the chunks in flight at a move are left out of the law's next period, not of what the
     # learner trained on: a period at the target after four very stale chunks is not "held"; the
     # run's first window (the pipe filling, all at version 0) is left out of both
-    law = WindowLaw(4, target=2, w_min=1, w_max=32)
+    law = WindowLaw(4, staleness_target=2, window_min=1, window_max=32, gain=0.5)
     law.observe(1.0, 0, [0, 0, 0, 0])
     assert law.observe(9.0, 8, [8] * 8) and law.window == 2  # a period at 8: the window narrows
     assert law.last["judged_chunks"] == 8 and law.verdict["reason"] == (
@@ -169,7 +170,7 @@ def test_the_verdict_counts_the_chunks_the_law_leaves_out_and_says_why_it_is_sti
     assert law.last["staleness"] == 2.0 and law.verdict["state"] == "settling"
     assert (law.last["judged_staleness"], law.last["judged_chunks"]) == (8.0, 20)
     # a window of one fed fresh chunks a second apart: the law widens it, one period per 8 s
-    law = WindowLaw(1, target=1, w_min=1, w_max=32)
+    law = WindowLaw(1, staleness_target=1, window_min=1, window_max=32, gain=0.5)
     for i in range(1, 10):
         law.observe(float(i), i, [0])
     assert law.verdict["state"] == "settling" and "window 1 still widening; a control period took 8.0 s" in law.verdict["reason"]
@@ -209,7 +210,7 @@ def _replay_plant(law: ReplayRatioLaw, k: float, periods: int, t0: float = 0.0) 
 
 @pytest.mark.parametrize("target,k", [(500.0, 50.0), (150.0, 10.0), (300.0, 40.0)])
 def test_replay_law_settles_at_its_target(target, k):
-    law = ReplayRatioLaw([6.0, 24.0], target=target, gain=0.5)
+    law = ReplayRatioLaw([6.0, 24.0], replay_staleness_target=target, gain=0.5)
     assert law.rho == 12.0 and law.verdict == {"state": "settling", "reason": None}  # the band's geometric middle
     factors, t = [], 0.0
     for _ in range(30):
@@ -228,7 +229,7 @@ def test_replay_law_does_not_overshoot_while_the_buffer_fills(fill_reported):
     to full over 40 periods). Steering by s / f, rho goes straight to target / k and staleness
     rises to the target from below; steering by s alone raises rho to the band's top while the
     buffer fills, and staleness overshoots once it is full."""
-    law, k, target, t, seen = ReplayRatioLaw([6.0, 24.0], target=500.0), 50.0, 500.0, 0.0, []
+    law, k, target, t, seen = ReplayRatioLaw([6.0, 24.0], replay_staleness_target=500.0, gain=0.5), 50.0, 500.0, 0.0, []
     for step in range(int(60 * REPLAY_PERIOD_S / 0.5)):
         t += 0.5
         fill = min(1.0, 0.05 + step * 0.5 / (40 * REPLAY_PERIOD_S))
@@ -242,31 +243,31 @@ def test_replay_law_does_not_overshoot_while_the_buffer_fills(fill_reported):
 
 
 def test_replay_law_says_why_a_target_is_out_of_reach_at_either_edge_of_the_band():
-    law = ReplayRatioLaw([6.0, 24.0], target=10_000.0)  # 50 versions per unit of ratio: even 24 is too fresh
+    law = ReplayRatioLaw([6.0, 24.0], replay_staleness_target=10_000.0, gain=0.5)  # 50 versions per unit of ratio: even 24 is too fresh
     _replay_plant(law, 50.0, periods=2)
     assert law.verdict["state"] == "settling"  # not at its ceiling long enough to say
     _replay_plant(law, 50.0, periods=10, t0=100.0)
     assert law.rho == 24.0 and law.verdict["state"] == "unreachable"
     assert "replay_ratio's max 24" in law.verdict["reason"] and "raise that max" in law.verdict["reason"]
     assert law.bounds() == (24.0 / REPLAY_CEILING_MARGIN, 24.0)  # the floor gives way, the ceiling stays in the band
-    law.configure(target=10.0)  # now even the fewest samples trained per env step are too stale
+    law.configure(replay_staleness_target=10.0)  # now even the fewest samples trained per env step are too stale
     _replay_plant(law, 50.0, periods=12, t0=200.0)
     assert law.rho == 6.0 and law.verdict["state"] == "unreachable" and "replay_ratio's min 6" in law.verdict["reason"]
-    law.configure(target=None)
+    law.configure(replay_staleness_target=None)
     assert law.verdict == {"state": "off", "reason": None}
 
 
 def test_replay_law_without_target_applies_the_band_as_it_is():
-    law = ReplayRatioLaw([6.0, 24.0])
+    law = ReplayRatioLaw([6.0, 24.0], replay_staleness_target=None, gain=0.5)
     _replay_plant(law, 50.0, periods=5)
     assert law.bounds() == (6.0, 24.0) and law.rho == 12.0 and law.verdict == {"state": "off", "reason": None}
     assert law.last == pytest.approx(600.0)  # it still measures
-    assert ReplayRatioLaw(None, target=5.0).bounds() == (None, None)  # no band: no pacing
+    assert ReplayRatioLaw(None, replay_staleness_target=5.0, gain=0.5).bounds() == (None, None)  # no band: no pacing
 
 
 def test_books_hold_a_replay_target_through_the_band_and_owe_each_env_step_its_floor():
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2, "replay_ratio": [8, 32], "replay_staleness_target": 100.0}, chunk_env_steps=100)
+    ctl.begin("r", law_wire(window=2, replay_ratio=[8, 32], replay_staleness_target=100.0), chunk_env_steps=100)
     books = ctl.books("r")
     assert books.params().rho_max == 16 * REPLAY_CEILING_MARGIN and books.rho_min == 16  # rho starts at 16
     assert ctl.state("r")["replay_target_verdict"] == {"state": "settling", "reason": None}
@@ -298,7 +299,7 @@ def consumed(*rows) -> dict:
 
 def test_handlers_grant_refuse_and_count():
     ctl = StalenessController()
-    params = ctl.begin("r1", {"window": 2, "replay_ratio": [16, 32]}, chunk_env_steps=256)
+    params = ctl.begin("r1", law_wire(window=2, replay_ratio=[16, 32]), chunk_env_steps=256)
     assert params["window"] == 2 and params["rho_max"] == 32 and "rho_min" not in params  # the floor is the controller's
     books = ctl.books("r1")
     keys = [f"tianji-explore-r1-{i}" for i in range(4)]
@@ -330,13 +331,13 @@ def test_rebuilt_learner_hands_back_credits_it_never_submitted():
 
     ctl = StalenessController()
     ctl.scheduler = Scheduler(dashboard=False)
-    ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:1", chunk_env_steps=16)
+    ctl.begin("r1", law_wire(window=4), learner_address="tcp://learner:1", chunk_env_steps=16)
     keys = [f"tianji-explore-r1-{i}" for i in range(3)]
     assert ctl.cycle("r1", want=keys)["granted"] == keys
     ctl.scheduler.tasks[keys[0]] = object()  # submitted: its transition will return it
     ctl.remove_worker(ctl.scheduler, "tcp://learner:1")
     assert ctl.state("r1")["learner_lost"]
-    ctl.begin("r1", {"window": 4}, learner_address="tcp://learner:2", rebuilt=True)
+    ctl.begin("r1", law_wire(window=4), learner_address="tcp://learner:2", rebuilt=True)
     state = ctl.state("r1")
     assert state["chunks_in_flight"] == 1 and state["credits_returned"]["unsubmitted"] == 2
     assert not state["learner_lost"] and state["window"] == 4
@@ -360,9 +361,9 @@ def test_a_transition_reaches_only_the_books_its_key_names():
     # the run (and group) is read from the key's tag: the other runs' books are never looked at
     ctl = StalenessController()
     for run_id in ("ra", "rb", "rc"):
-        ctl.begin(run_id, {"window": 4})
-    ctl.begin("rg", {"window": 4}, group=0)
-    ctl.begin("rg", {"window": 4}, group=1)  # group mode: keys carry the group too
+        ctl.begin(run_id, law_wire(window=4))
+    ctl.begin("rg", law_wire(window=4), group=0)
+    ctl.begin("rg", law_wire(window=4), group=1)  # group mode: keys carry the group too
     keys = {run_id: ctl.cycle(run_id, want=[f"tianji-explore-{run_id}-{i:012x}" for i in range(3)])["granted"]
             for run_id in ("ra", "rb", "rc")}
     g1 = ctl.cycle("rg", group=1, want=[f"tianji-explore-rg-g1-{i:012x}" for i in range(2)])["granted"]
@@ -390,8 +391,8 @@ def test_a_handler_call_must_name_a_run_the_controller_holds():
     ctl = StalenessController()
     with pytest.raises(ValueError, match="^run_id: name the run; runs on this scheduler: none$"):
         ctl.state()
-    ctl.begin("ra", {"window": 2})
-    ctl.begin("rb", {"window": 3})
+    ctl.begin("ra", law_wire(window=2))
+    ctl.begin("rb", law_wire(window=3))
     for call in (ctl.state, ctl.cycle, ctl.configure, ctl.end):
         with pytest.raises(ValueError, match="^run_id: name the run; runs on this scheduler: ra, rb$"):
             call()
@@ -458,7 +459,7 @@ def test_key_name_cache_stays_bounded_over_many_submissions(monkeypatch):
 ])
 def test_configure_rejects_bad_values(settings, field):
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2, "max_staleness": 4, "replay_ratio": [8, 16]}, chunk_env_steps=64)
+    ctl.begin("r", law_wire(window=2, max_staleness=4, replay_ratio=[8, 16]), chunk_env_steps=64)
     before, params = ctl.state("r", history=True), ctl.books("r").params()
     with pytest.raises(ValueError, match=f"^{field}"):
         ctl.configure("r", **settings)
@@ -469,7 +470,7 @@ def test_configure_rejects_bad_values(settings, field):
 
 def test_configure_moves_the_target_and_switches_filters():
     ctl = StalenessController()
-    ctl.begin("r", {"window": 4, "staleness_target": 2, "window_min": 1, "window_max": 8, "max_staleness": 5})
+    ctl.begin("r", law_wire(window=4, staleness_target=2, window_min=1, window_max=8, max_staleness=5))
     state = ctl.configure("r", staleness_target=6, max_staleness=None, window_max=12)
     assert state["staleness_target"] == 6 and state["max_staleness"] is None and state["window_max"] == 12
     assert ctl.books("r").params().params_version == 1
@@ -726,7 +727,7 @@ def test_tianji_pipeline_runs_and_drops_on_refresh(tianji_client, tmp_path):
 
 
 def test_law_does_not_widen_a_window_whose_chunks_are_dropped():
-    law = WindowLaw(2, target=8, w_min=1, w_max=32)
+    law = WindowLaw(2, staleness_target=8, window_min=1, window_max=32, gain=0.5)
     t = 0.0
     for i in range(40):  # staleness stuck near 1: staler chunks are thrown away at consumption
         t += 0.3

@@ -11,6 +11,7 @@ from tianji_dask.config.sections import ControllerConfig
 from tianji_dask.dataflow.controller.plugin import StalenessController
 from tianji_dask.dataflow.controller.settings import BY_NAME, LIVE, SETTINGS
 from tianji_dask.run import Run
+from helpers import law_wire
 
 #: a value each live setting may take on cartpole_ppo's books (one chunk per update)
 GOOD = {"window": 3, "staleness_target": 2.0, "window_min": 2, "window_max": 8, "gain": 0.3, "replay_ratio": [1, 2],
@@ -21,7 +22,7 @@ BOUNDS = {at.Ge: "ge", at.Gt: "gt", at.Le: "le", at.Lt: "lt"}
 def _books():
     """Books with a replay-ratio band (a replay staleness target needs one to move the ratio within)."""
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2, "window_min": 1, "window_max": 16, "replay_ratio": [4, 8]})
+    ctl.begin("r", law_wire(window=2, window_min=1, window_max=16, replay_ratio=[4, 8]))
     return ctl
 
 

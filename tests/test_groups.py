@@ -14,6 +14,7 @@ from tianji_dask.dataflow.learner.reducer import Reducer, average
 from tianji_dask.envs.vector import env_spaces
 from tianji_dask.run import Run
 from tianji_dask.run.checks import check_pipeline
+from helpers import law_wire
 
 
 def _model(value: float) -> dict:
@@ -73,8 +74,8 @@ def test_model_state_covers_every_network_and_loads_back(name):
 
 def test_controller_keeps_books_per_group():
     ctl = StalenessController()
-    ctl.begin("r", {"window": 2}, group=0)
-    ctl.begin("r", {"window": 3}, group=1)
+    ctl.begin("r", law_wire(window=2), group=0)
+    ctl.begin("r", law_wire(window=3), group=1)
     warm = {"env_steps": 0, "samples_trained": 0, "warm": False}
     keys0 = [f"tianji-explore-r-g0-{i}" for i in range(3)]
     keys1 = [f"tianji-explore-r-g1-{i}" for i in range(4)]
@@ -90,7 +91,7 @@ def test_controller_keeps_books_per_group():
     with pytest.raises(ValueError, match="^gain"):
         ctl.configure("r", gain=5)  # refused for every group, applied to none
     assert ctl.configure("r", staleness_target=3)["groups"][1]["staleness_target"] == 3
-    ctl.begin("other", {"window": 1})  # a new run has books of its own; the first run's stay
+    ctl.begin("other", law_wire(window=1))  # a new run has books of its own; the first run's stay
     assert ctl.run_ids() == ["r", "other"] and list(ctl.run("other").groups) == [0] and list(ctl.run("r").groups) == [0, 1]
 
 

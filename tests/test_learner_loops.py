@@ -25,6 +25,7 @@ from tianji_dask.dataflow.learner.weights import WeightsPublisher
 from tianji_dask.dataflow.messages import ControllerParams
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import env_spaces
+from tianji_dask.dataflow.controller.settings import LawSettings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -159,7 +160,7 @@ def make_loop(strategy, algo="ppo", algo_config=None, *, streams=(0, 1), stop=No
 
     core.learn_once = logged_learn
     spec = LearnerSpec(run_id="t", mode="lockstep" if strategy is LockstepLoop else "relaxed", core=core.spec,
-                       streams=tuple(streams), chunk_steps=16, chunk_env_steps=64, law={"window": window},
+                       streams=tuple(streams), chunk_steps=16, chunk_env_steps=64, law=LawSettings(window=window, window_min=1, window_max=64),
                        publish_every=publish_every, max_explorer_failures=max_failures)
     stream = parts["stream"] = FakeStream(streams, log, core, auto=auto)
     publisher = WeightsPublisher(client=None, worker_address="", tag="t", inline=True)

@@ -29,6 +29,7 @@ from tianji_dask.dataflow.learner.weights import WeightsPublisher
 from tianji_dask.dataflow.messages import Consumption, Progress
 from tianji_dask.dataflow.learner.reducer import Reducer
 from tianji_dask.envs.vector import env_spaces
+from tianji_dask.dataflow.controller.settings import LawSettings
 
 SPACES = env_spaces("CartPole-v1")
 MAKE_PPO = functools.partial(make_algorithm, "ppo", *SPACES, {"segments_per_batch": 1}, 0)
@@ -123,7 +124,7 @@ def test_a_direct_chunk_arrives_whole_through_the_sink(cluster):
 def test_admission_asks_only_when_the_controllers_floor_can_grant(cluster):
     _, client = cluster
     client.register_plugin(StalenessController(), name="tianji")
-    adm = AdmissionClient(client, run_id="a1", group=0, law={"window": 2, "replay_ratio": [16, 32]},
+    adm = AdmissionClient(client, run_id="a1", group=0, law=LawSettings(window=2, window_min=1, window_max=64, replay_ratio=(16, 32)),
                           learner_address="tcp://127.0.0.1:1", chunk_env_steps=256)
     assert adm.params.window == 2 and adm.params.rho_max == 32
     want = [("tianji-explore-a1-0", 0), ("tianji-explore-a1-1", 1)]

@@ -16,6 +16,7 @@ from conftest import EarlyProcess, started, starts_early
 
 import tianji_dask  # noqa: F401 - installs the dashboard pages before the cluster starts
 from tianji_dask.run import Run
+from helpers import law_wire
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -198,7 +199,7 @@ def test_page_follows_the_newest_run_until_one_is_picked():
     scheduler.add_plugin(ctl, name="tianji")
 
     def begin(run_id, explorers):
-        ctl.begin(run_id, {"window": 4, "staleness_target": explorers})
+        ctl.begin(run_id, law_wire(window=4, staleness_target=explorers))
         keys = ctl.cycle(run_id, want=[f"tianji-explore-{run_id}-{i:012x}" for i in range(explorers)])["granted"]
         rows = [Consumption(key, i, 16, 10, 1, 0.1, False) for i, key in enumerate(keys)]
         ctl.cycle(run_id, consumed=consumptions_to_wire(rows), learner_version=1, learner_status={
@@ -225,7 +226,7 @@ def test_page_follows_the_newest_run_until_one_is_picked():
         page.update()
     assert shown(following) == ("rc", "rc", ["rc", "rb", "ra"], 3, [0, 1, 2])  # a new run: the page follows it
     assert shown(picked)[:2] == shown(asked)[:2] == ("ra", "ra")  # a run picked stays
-    ctl.begin("rd", {"window": 2, "replay_ratio": [8, 32], "replay_staleness_target": 100.0}, chunk_env_steps=100)
+    ctl.begin("rd", law_wire(window=2, replay_ratio=[8, 32], replay_staleness_target=100.0), chunk_env_steps=100)
     replay = Panels(scheduler, PAGES["/tianji"], chosen="rd")
     replay.update()
     assert replay.note.text == "run rd &middot; replay staleness target 100: settling"  # a replay target's verdict too

@@ -14,16 +14,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _number(flag: str, cast, *, minimum, inclusive: bool, what: str):
-    """An argparse type: ``cast`` the text and check it against ``minimum``; one-line errors."""
-    allowed = f"{flag} must be {what} {'>=' if inclusive else '>'} {minimum:g}"
+def _number(flag: str, cast, *, minimum=None, inclusive: bool = True, what: str):
+    """An argparse type: ``cast`` the text and check it against ``minimum``; one-line errors.
+    Without ``minimum`` only the type is checked here: a flag that sets a pipeline field leaves
+    its range to the field's one declaration (config/)."""
+    allowed = f"{flag} must be {what}" + ("" if minimum is None else f" {'>=' if inclusive else '>'} {minimum:g}")
 
     def parse(text):
         try:
             value = cast(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{allowed}, got {text!r}") from None
-        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+        if not math.isfinite(value) or (minimum is not None and (value < minimum or (value == minimum and not inclusive))):
             raise argparse.ArgumentTypeError(f"{allowed}, got {text!r}")
         return value
 
@@ -85,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a pipeline and print its time-to-solve")
     train.add_argument("pipeline", help="a pipeline YAML file or a bundled name (e.g. cartpole_ppo)")
     train.add_argument("--mode", choices=["relaxed", "lockstep", "single"], action=_Override, fields=["mode"])
-    train.add_argument("--explorers", type=_number("--explorers", int, minimum=1, inclusive=True, what="a whole number"), help="explorer streams",
+    train.add_argument("--explorers", type=_number("--explorers", int, what="a whole number"), help="explorer streams",
                        action=_Override, fields=["explorers"])
-    train.add_argument("--groups", type=_number("--groups", int, minimum=1, inclusive=True, what="a whole number"),
+    train.add_argument("--groups", type=_number("--groups", int, what="a whole number"),
                        help="learner groups, each with its own explorers; their models are averaged", action=_Override, fields=["groups"])
-    train.add_argument("--seed", type=_number("--seed", int, minimum=0, inclusive=True, what="a whole number"), action=_Override, fields=["seed"])
+    train.add_argument("--seed", type=_number("--seed", int, what="a whole number"), action=_Override, fields=["seed"])
     train.add_argument("--max-seconds", type=_number("--max-seconds", float, minimum=0, inclusive=False, what="a number"), help="stop after this many seconds of training",
                        action=_Override, fields=["stop.max_seconds"])
     train.add_argument("--scheduler", help="join an existing cluster, e.g. tcp://HOST:8786", action=_Override, fields=_scheduler)

@@ -26,6 +26,12 @@ def keep_extra(extra_bufs: dict[str, np.ndarray], name: str, t: int, value: np.n
     extra_bufs[name][t] = value
 
 
+def stream_seed(run_seed: int, explorer_id: int, rebuild: int = 0) -> int:
+    """The env seed of an explorer stream's envs: each stream its own, and each rebuild of a
+    stream (its worker lost, its envs broken) a new one, not a replay of the old episodes."""
+    return run_seed * 100_003 + explorer_id * 1009 + rebuild
+
+
 class Rollout:
     """A live vector env whose episodes continue across chunks."""
 

@@ -50,13 +50,12 @@ TITLES = {
 }
 
 
-def _target_note(name: str, law) -> str:
+def _target_note(name: str, target: float | None, verdict: dict) -> str:
     """`` · NAME T: state (reason)`` for a law with a target, empty for one without."""
-    verdict = law.verdict
     if verdict["state"] == "off":
         return ""
     reason = f" ({html.escape(verdict['reason'])})" if verdict["reason"] else ""
-    return f" &middot; {name} {law.target:g}: {verdict['state']}{reason}"
+    return f" &middot; {name} {target:g}: {verdict['state']}{reason}"
 
 
 class Panels:
@@ -159,32 +158,33 @@ class Panels:
         run = ctl.run(want)
         first = min(run.groups)
         books = run.groups[first]  # the run's first group's
+        view = books.view()
         self.note.text = (f"run {want}" + ("" if self.chosen is not None else " (the newest; pick another above)")
-                          + _target_note("staleness target", books.law)
-                          + _target_note("replay staleness target", books.replay_law))
-        groups, simulated = len(run.groups), books.simulated
+                          + _target_note("staleness target", view.staleness_target, view.target_verdict)
+                          + _target_note("replay staleness target", view.replay_staleness_target, view.replay_target_verdict))
+        groups, simulated = len(run.groups), view.simulated
         if (groups, simulated) != self.labels_shown:  # say whose books these are, and a simulated env cost
             self.labels_shown = (groups, simulated)
             for name, f in zip(self.names, self.figures):
                 f.title.text = (TITLES[name] + (f" (group {first} of {groups})" if groups > 1 else "")
                                 + (" [simulated env step cost]" if simulated else ""))
         t0 = run.t_reset
-        new_hist = _newer(books.history, self.t_hist, key=lambda row: row.t)
+        new_hist = books.history_since(self.t_hist)
         if new_hist:
             self.t_hist = new_hist[-1].t
             ts = [row.t - t0 for row in new_hist]
             self.src["staleness"].stream({"t": ts, "staleness": [row.staleness_versions for row in new_hist]}, ROLLOVER)
             self.src["window"].stream({"t": ts, "window": [row.window for row in new_hist],
                                        "in_flight": [row.chunks_in_flight for row in new_hist]}, ROLLOVER)
-            hist = sorted(books.staleness_hist.items())
+            hist = sorted(view.staleness_hist.items())
             self.src["hist"].data = {"left": [k - 0.4 for k, _ in hist], "right": [k + 0.4 for k, _ in hist],
                                      "count": [v for _, v in hist]}
         if hasattr(self, "target_span"):
-            target = books.law.target
+            target = view.staleness_target
             self.target_span.visible = target is not None
             if target is not None:
                 self.target_span.location = target
-        new_series = _newer(books.learner_series, self.t_series, key=lambda row: row["t"])
+        new_series = books.learner_series_since(self.t_series)
         if new_series:
             self.t_series = new_series[-1]["t"]
             t = [row["t"] - t0 for row in new_series]
@@ -201,24 +201,12 @@ class Panels:
             self.src["rates"].stream({"t": t, "produced": produced, "consumed": consumed}, ROLLOVER)
             self.src["learner"].stream({"t": t, "version": [row["version"] for row in new_series], "busy": busy}, ROLLOVER)
             elapsed = max(new_series[-1]["t"] - t0, 1e-9)
-            steps = sorted(books.per_explorer_steps.items())
+            steps = sorted(view.per_explorer_steps.items())
             self.src["explorers"].data = {"explorer": [k for k, _ in steps], "rate": [v / elapsed for _, v in steps]}
 
 
 def _num(x):
     return float("nan") if x is None else x
-
-
-def _newer(rows, t_last: float, key) -> list:
-    """Rows of a time-ordered deque newer than ``t_last`` (``key(row)``: its time), walking back
-    from the end only."""
-    out = []
-    for row in reversed(rows):
-        if key(row) <= t_last:
-            break
-        out.append(row)
-    out.reverse()
-    return out
 
 
 def _asked_run(doc) -> str | None:

@@ -38,8 +38,9 @@ class TianjiCollector:
             return families[name]
 
         for run, books in ctl.all_books():
-            labels = [run, str(books.group)]
-            learner = books.learner_series[-1] if books.learner_series else {}
+            view = books.view()
+            labels = [run, str(view.group)]
+            learner = view.learner
 
             def gauge(name, doc, value):
                 family(GaugeMetricFamily, name, doc).add_metric(labels, float("nan") if value is None else float(value))
@@ -47,24 +48,24 @@ class TianjiCollector:
             def counter(name, doc, value):
                 family(CounterMetricFamily, name, doc).add_metric(labels, float(value))
 
-            gauge("learner_version", "Learner version (optimizer updates)", books.learner_version)
-            gauge("simulated", "1 when explorer env steps carry a simulated cost (env.step_cost_ms)", int(books.simulated))
-            counter("chunks_consumed", "Sample chunks consumed by the learner", books.chunks_consumed)
-            counter("chunks_dropped", "Chunks consumed but not trained on (filters, lag)", books.chunks_dropped)
-            counter("env_steps_consumed", "Env steps in consumed chunks", books.env_steps_consumed)
-            counter("credits_granted", "Explorer tasks admitted by the controller", books.granted_total)
-            gauge("chunks_in_flight", "Explorer chunks admitted and not yet consumed", books.chunks_in_flight)
-            gauge("window", "The controller's window (chunks in flight allowed)", books.window)
-            gauge("staleness_target", "Staleness target (versions); NaN when off", books.law.target)
-            for name, law in (("staleness_target_held", books.law), ("replay_staleness_target_held", books.replay_law)):
-                state = law.verdict["state"]
+            gauge("learner_version", "Learner version (optimizer updates)", view.learner_version)
+            gauge("simulated", "1 when explorer env steps carry a simulated cost (env.step_cost_ms)", int(view.simulated))
+            counter("chunks_consumed", "Sample chunks consumed by the learner", view.chunks_consumed)
+            counter("chunks_dropped", "Chunks consumed but not trained on (filters, lag)", view.chunks_dropped)
+            counter("env_steps_consumed", "Env steps in consumed chunks", view.env_steps_consumed)
+            counter("credits_granted", "Explorer tasks admitted by the controller", view.credits_granted)
+            gauge("chunks_in_flight", "Explorer chunks admitted and not yet consumed", view.chunks_in_flight)
+            gauge("window", "The controller's window (chunks in flight allowed)", view.window)
+            gauge("staleness_target", "Staleness target (versions); NaN when off", view.staleness_target)
+            for name, verdict in (("staleness_target_held", view.target_verdict),
+                                  ("replay_staleness_target_held", view.replay_target_verdict)):
+                state = verdict["state"]
                 gauge(name, "1 while the last period held the target, 0 settling, -1 out of reach "
                       "(the reason: the run's status); NaN when off",
                       None if state == "off" else {"held": 1, "settling": 0, "unreachable": -1}[state])
-            n = books.chunks_consumed
             family(SummaryMetricFamily, "staleness_versions", "Staleness of consumed chunks (versions)").add_metric(
-                labels, count_value=n, sum_value=books.staleness_sum)
-            gauge("staleness_max_versions", "Largest staleness seen (versions)", books.staleness_max if n else None)
+                labels, count_value=view.chunks_consumed, sum_value=view.staleness_sum)
+            gauge("staleness_max_versions", "Largest staleness seen (versions)", view.staleness_max)
             gauge("mean_return", "Running mean of training episode returns", learner.get("mean_return"))
             gauge("eval_return", "Mean return of the latest evaluation; NaN before the first", learner.get("eval_mean_return"))
             gauge("updates", "Learner updates", learner.get("updates"))

@@ -144,7 +144,7 @@ class Run:
 
     def law(self) -> dict:
         """The controller's settings for this run, defaults filled in."""
-        return specs.law(self.pipeline, self._prepared)
+        return specs.law(self.pipeline, self._prepared).to_wire()
 
     @property
     def plan(self) -> RunPlan:

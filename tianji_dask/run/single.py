@@ -6,7 +6,7 @@ import threading
 
 from tianji_dask.core.learner_core import Final, LearnerCore
 from tianji_dask.core.spec import CoreSpec
-from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout, stream_seed
 
 
 class SingleProcessRun:
@@ -24,7 +24,7 @@ class SingleProcessRun:
         for i in range(explorers):
             cost = step_cost_for(i) if step_cost_for is not None else None
             clock = StepCostClock(cost, num_envs, seed, i) if cost else None
-            self.rollouts.append(Rollout(env_id, num_envs, seed * 100_003 + i * 1009, env_kwargs_for(i), step_cost=clock))
+            self.rollouts.append(Rollout(env_id, num_envs, stream_seed(seed, i), env_kwargs_for(i), step_cost=clock))
         self._stop = threading.Event()
 
     def run(self) -> Final:

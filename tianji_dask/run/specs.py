@@ -10,6 +10,7 @@ from tianji_dask.config import Pipeline
 from tianji_dask.config.sections import duration_s
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
+from tianji_dask.dataflow.controller.settings import LawSettings
 from tianji_dask.dataflow.learner.spec import EvalSpec, FusionSpec, LearnerSpec
 from tianji_dask.run.checks import Prepared
 
@@ -25,23 +26,11 @@ def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
     return group_dirs(run_dir, "checkpoints", groups)
 
 
-def law(p: Pipeline, prepared: Prepared) -> dict:
-    """The controller's settings for this run, defaults filled in. Lockstep runs one chunk per
-    explorer per round, so its window is the explorer count and nothing moves it."""
-    c = p.controller
-    simulated = p.simulated() is not None  # the dashboard says so
-    if p.mode != "relaxed":
-        return {"window": p.explorers, "simulated": simulated}
-    w_min = c.window_min or prepared.chunks_per_update
-    w_max = c.window_max or max(16, 4 * p.explorers, w_min)
-    window = p.window
-    if c.staleness_target is not None and c.window is None:
-        # mean staleness ~ (window - 1) x updates per chunk (1 / chunks per update): a chunk waits on
-        # the others in flight, and a window of one trains each chunk before the next is admitted
-        # (staleness 0). Start there, so the law's first periods do not spend the run far from the target
-        window = min(round(c.staleness_target * prepared.chunks_per_update) + 1, w_max)
-    return {**c.model_dump(), "window": max(window, w_min), "window_min": w_min, "window_max": w_max,
-            "replay_ratio": prepared.replay_ratio, "simulated": simulated}
+def law(p: Pipeline, prepared: Prepared) -> LawSettings:
+    """The controller's settings for this run, defaults filled in (``LawSettings.resolve``)."""
+    return LawSettings.resolve(p.controller.model_dump(), relaxed=p.mode == "relaxed", explorers=p.explorers,
+                               chunks_per_update=prepared.chunks_per_update, replay_ratio=prepared.replay_ratio,
+                               simulated=p.simulated() is not None)
 
 
 def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: float, explorer_workers: int = 1,

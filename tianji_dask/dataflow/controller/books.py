@@ -12,20 +12,22 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from tianji_dask.dataflow.controller.law import ReplayRatioLaw, WindowLaw, replay_gate, samples_needed
+from tianji_dask.dataflow.controller.pacing import ReplayRatioLaw, replay_gate, samples_needed
+from tianji_dask.dataflow.controller.settings import LawSettings, check_live
+from tianji_dask.dataflow.controller.window_law import WindowLaw
 from tianji_dask.dataflow.messages import (
     ControllerParams,
     CycleReply,
     consumptions_from_wire,
 )
-from tianji_dask.dataflow.controller.settings import BY_NAME, check_live
 
 EXPLORE_PREFIX = "tianji-explore-"
 HISTORY_LEN = 2000
 SERIES_LEN = 3000
 WINDOW_LOG_LEN = 2000
-#: the settings the window law holds, and its configure's argument for each
-LAW_ARGS = {"window": "window", "staleness_target": "target", "window_min": "w_min", "window_max": "w_max", "gain": "gain"}
+#: the settings each law holds (its configure takes them by these names)
+WINDOW_SETTINGS = ("window", "staleness_target", "window_min", "window_max", "gain")
+REPLAY_SETTINGS = ("replay_ratio", "replay_staleness_target", "gain")
 
 
 def explore_key(tag: str) -> str:
@@ -55,24 +57,46 @@ class HistoryRow:
         return [self.t, self.learner_version, self.chunks_in_flight, self.window, self.staleness_versions, self.age_s]
 
 
+@dataclass(frozen=True)
+class BooksView:
+    """What the dashboard and the metrics read of one group's books, as of one moment (``Books.view``)."""
+
+    group: int
+    simulated: bool
+    learner_version: int
+    chunks_consumed: int
+    chunks_dropped: int
+    env_steps_consumed: int
+    credits_granted: int
+    chunks_in_flight: int
+    window: int
+    staleness_target: float | None
+    target_verdict: dict
+    replay_staleness_target: float | None
+    replay_target_verdict: dict
+    staleness_sum: int
+    staleness_max: int | None  # None before the first chunk
+    staleness_hist: dict[int, int]
+    per_explorer_steps: dict[int, int]
+    learner: dict  # the learner's newest figures ({} before its first)
+
+
 class Books:
     """One learner's admission and accounting: its window law, credits, counters and history.
     A run has one per group (one without groups has one); the plugin routes by group."""
 
-    def __init__(self, group: int, law: dict, learner_address=None, chunk_env_steps: int = 1):
+    def __init__(self, group: int, law: LawSettings, learner_address=None, chunk_env_steps: int = 1):
         self.group = group
-        self.law = WindowLaw(
-            law["window"], target=law.get("staleness_target"), w_min=law.get("window_min") or 1,
-            w_max=law.get("window_max") or max(64, law["window"]), gain=law.get("gain", BY_NAME["gain"].default),
-        )
-        self.replay_law = ReplayRatioLaw(law.get("replay_ratio"), target=law.get("replay_staleness_target"),
-                                gain=law.get("gain", BY_NAME["gain"].default))
+        self.law = WindowLaw(law.window, staleness_target=law.staleness_target, window_min=law.window_min,
+                             window_max=law.window_max, gain=law.gain)
+        self.replay_law = ReplayRatioLaw(law.replay_ratio, replay_staleness_target=law.replay_staleness_target,
+                                         gain=law.gain)
         # samples the floor asks for the env steps booked so far, each at the floor in force when it
         # came: a floor that moves asks its new ratio of new env steps only
         self.samples_owed = 0.0
         self._env_steps_booked = 0
-        self.max_staleness = law.get("max_staleness")
-        self.simulated = bool(law.get("simulated"))  # the explorers' env steps carry a simulated cost
+        self.max_staleness = law.max_staleness
+        self.simulated = law.simulated  # the explorers' env steps carry a simulated cost
         self.params_version = 0
         self.chunk_env_steps = int(chunk_env_steps)
         self.learner_address = learner_address
@@ -177,7 +201,8 @@ class Books:
             staleness_seen.append(staleness)
             dropped_seen += int(bool(row.dropped))
         if staleness_seen and self.law.observe(now, self.learner_version, staleness_seen, dropped_seen):
-            self.window_log.append((now, self.law.w, self.law.target, self.law.last["staleness"], self.law.last["updates_per_chunk"]))
+            self.window_log.append((now, self.law.w, self.law.staleness_target, self.law.last["staleness"],
+                                    self.law.last["updates_per_chunk"]))
         granted = []
         prog = self.progress
         for key in want or ():
@@ -206,10 +231,10 @@ class Books:
     def settings(self) -> dict:
         """Every controller setting (``settings.SETTINGS``) as the books hold it now."""
         return {
-            "window": self.window, "staleness_target": self.law.target, "window_min": self.law.w_min,
-            "window_max": self.law.w_max, "gain": self.law.gain,
+            "window": self.window, "staleness_target": self.law.staleness_target, "window_min": self.law.window_min,
+            "window_max": self.law.window_max, "gain": self.law.gain,
             "replay_ratio": None if self.replay_law.band is None else list(self.replay_law.band),
-            "replay_staleness_target": self.replay_law.target, "max_staleness": self.max_staleness,
+            "replay_staleness_target": self.replay_law.replay_staleness_target, "max_staleness": self.max_staleness,
         }
 
     def check(self, **settings) -> dict:
@@ -222,15 +247,34 @@ class Books:
         replay_staleness_target or max_staleness switches that part off; an omitted setting is
         left as it is)."""
         new = self.check(**settings)
-        self.law.configure(**{arg: new[name] for name, arg in LAW_ARGS.items() if name in new})
-        if new.keys() & {"replay_ratio", "replay_staleness_target", "gain"}:
-            self.replay_law.configure(band=new.get("replay_ratio", ...), target=new.get("replay_staleness_target", ...),
-                                  gain=new.get("gain"))
+        self.law.configure(**{name: new[name] for name in WINDOW_SETTINGS if name in new})
+        if new.keys() & set(REPLAY_SETTINGS):
+            self.replay_law.configure(**{name: new[name] for name in REPLAY_SETTINGS if name in new})
         if "max_staleness" in new:
             self.max_staleness = new["max_staleness"]
         self.params_version += 1
-        self.window_log.append((time.time(), self.law.w, self.law.target, None, None))
+        self.window_log.append((time.time(), self.law.w, self.law.staleness_target, None, None))
         return self.state()
+
+    def view(self) -> BooksView:
+        return BooksView(
+            group=self.group, simulated=self.simulated, learner_version=self.learner_version,
+            chunks_consumed=self.chunks_consumed, chunks_dropped=self.chunks_dropped,
+            env_steps_consumed=self.env_steps_consumed, credits_granted=self.granted_total,
+            chunks_in_flight=self.chunks_in_flight, window=self.window, staleness_target=self.law.staleness_target,
+            target_verdict=self.law.verdict, replay_staleness_target=self.replay_law.replay_staleness_target,
+            replay_target_verdict=self.replay_law.verdict, staleness_sum=self.staleness_sum,
+            staleness_max=self.staleness_max if self.chunks_consumed else None,
+            staleness_hist=dict(self.staleness_hist), per_explorer_steps=dict(self.per_explorer_steps),
+            learner=dict(self.learner_series[-1]) if self.learner_series else {})
+
+    def history_since(self, t: float) -> list[HistoryRow]:
+        """The consumed chunks booked after ``t``, oldest first (walking back from the newest only)."""
+        return _newer(self.history, t, key=lambda row: row.t)
+
+    def learner_series_since(self, t: float) -> list[dict]:
+        """The learner's figures received after ``t``, oldest first."""
+        return _newer(self.learner_series, t, key=lambda row: row["t"])
 
     def state(self, history: bool = False) -> dict:
         n = self.chunks_consumed
@@ -241,7 +285,7 @@ class Books:
             "last_period": dict(self.law.last),
             "target_verdict": dict(self.law.verdict),
             "replay_target_verdict": dict(self.replay_law.verdict),
-            "replay_ratio_effective": None if self.replay_law.target is None else self.replay_law.rho,
+            "replay_ratio_effective": None if self.replay_law.replay_staleness_target is None else self.replay_law.rho,
             "replay_staleness_last_period": self.replay_law.last,
             "chunks_in_flight": self.chunks_in_flight,
             "learner_version": self.learner_version,
@@ -272,3 +316,15 @@ class Books:
             out["window_log"] = [list(row) for row in self.window_log]
             out["learner_series"] = list(self.learner_series)
         return out
+
+
+def _newer(rows, t_last: float, key) -> list:
+    """Rows of a time-ordered deque newer than ``t_last`` (``key(row)``: its time), walking back
+    from the end only."""
+    out = []
+    for row in reversed(rows):
+        if key(row) <= t_last:
+            break
+        out.append(row)
+    out.reverse()
+    return out

@@ -18,6 +18,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.controller.books import EXPLORE_PREFIX, Books, key_tag
+from tianji_dask.dataflow.controller.settings import LawSettings
 from tianji_dask.dataflow.keycache import bound_key_cache
 
 logger = logging.getLogger("tianji_dask.controller")
@@ -153,8 +154,8 @@ class StalenessController(SchedulerPlugin):
     def begin(self, run_id: str, law: dict, learner_address: str | None = None, chunk_env_steps: int = 1,
               rebuilt: bool = False, group: int = 0) -> dict:
         """Open a group's books for a run (each group's learner opens its own; other runs' books
-        are untouched); ``rebuilt``: the run's learner came back after its worker was lost, so its
-        books and law go on."""
+        are untouched). ``law``: its ``LawSettings``, as they travel. ``rebuilt``: the run's learner
+        came back after its worker was lost, so its books and law go on."""
         run = self.runs.get(run_id)
         if rebuilt and run is not None and group in run.groups:
             books = run.groups[group]
@@ -174,7 +175,7 @@ class StalenessController(SchedulerPlugin):
             for old in [rid for rid in self.drivers if rid not in self.runs]:
                 del self.drivers[old]
             run = self.runs[run_id] = RunBooks()
-        run.groups[group] = Books(group, law, learner_address, chunk_env_steps)
+        run.groups[group] = Books(group, LawSettings.from_wire(law), learner_address, chunk_env_steps)
         return run.groups[group].params().to_wire()
 
     def end(self, run_id: str | None = None) -> None:

@@ -10,7 +10,7 @@ as one line naming the setting; broken in a pipeline, the same line after ``cont
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -50,6 +50,10 @@ class Setting:
         return Field(self.default, description=self.description, **self.bounds)
 
 
+#: window_max's default: at least this many chunks in flight, and this many per explorer stream
+WINDOW_MAX_FLOOR = 16
+WINDOW_MAX_PER_EXPLORER = 4
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("window", int | None, None, "chunks in flight (initial value under a target); default: one per explorer, under a target the "
             "target x the chunks one update needs",
@@ -57,7 +61,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("staleness_target", float | None, None, "mean staleness (versions) to hold; null: fixed window",
             {"ge": 0}, off=True),
     Setting("window_min", int | None, None, "default: the chunks one update needs", {"ge": 1}, floored=True),
-    Setting("window_max", int | None, None, "default: max(16, 4 x explorers)", {"ge": 1}, floored=True),
+    Setting("window_max", int | None, None, f"default: max({WINDOW_MAX_FLOOR}, {WINDOW_MAX_PER_EXPLORER} x explorers)",
+            {"ge": 1}, floored=True),
     Setting("gain", float, 0.5, "fraction of the staleness error corrected per control period (the window's, and "
             "the replay ratio's in log terms under replay_staleness_target)", {"gt": 0, "le": 2}),
     Setting("replay_ratio", tuple[float, float] | Literal["auto"] | None, "auto",
@@ -155,3 +160,56 @@ def window_floor(values: dict, floor: int, label: str) -> None:
         if s.floored and value is not None and value < floor:
             raise ValueError(f"{s.name}: must be >= {floor}, the chunks one {label} update needs "
                              f"(a smaller window deadlocks; got {value})")
+
+
+@dataclass(frozen=True)
+class LawSettings:
+    """One learner's controller settings with every default filled in (``resolve``): built once
+    from the pipeline, carried in the learner's spec, opened into its books. On the scheduler's
+    RPC it travels as a plain dict (``to_wire``)."""
+
+    window: int
+    window_min: int
+    window_max: int
+    staleness_target: float | None = None
+    gain: float = BY_NAME["gain"].default
+    #: [min, max] samples trained per env step (the algorithm's own band resolved); None: no pacing
+    replay_ratio: tuple[float, float] | None = None
+    replay_staleness_target: float | None = None
+    max_staleness: int | None = None
+    #: the explorers' env steps carry a simulated cost (the dashboard and metrics say so)
+    simulated: bool = False
+
+    @classmethod
+    def resolve(cls, given: dict, *, relaxed: bool, explorers: int, chunks_per_update: int,
+                replay_ratio: tuple[float, float] | None, simulated: bool = False) -> "LawSettings":
+        """From a pipeline's ``controller`` values (``given``, its settings as declared above) and
+        what the run's checks found. ``relaxed``: False for lockstep, whose round asks one chunk
+        per explorer, so its window is the explorer count and nothing moves it."""
+        if not relaxed:
+            return cls(window=explorers, window_min=explorers, window_max=explorers, simulated=simulated)
+        w_min = given.get("window_min") or chunks_per_update
+        w_max = given.get("window_max") or max(WINDOW_MAX_FLOOR, WINDOW_MAX_PER_EXPLORER * explorers, w_min)
+        target, window = given.get("staleness_target"), given.get("window")
+        if window is None:
+            window = explorers
+            if target is not None:
+                # mean staleness ~ (window - 1) x updates per chunk (1 / chunks per update): a chunk waits on the
+                # others in flight, and a window of one trains each chunk before the next is admitted (staleness
+                # 0). Start there, so the law's first periods do not spend the run far from the target
+                window = min(round(target * chunks_per_update) + 1, w_max)
+        return cls(window=max(window, w_min), window_min=w_min, window_max=w_max, staleness_target=target,
+                   gain=given.get("gain", BY_NAME["gain"].default),
+                   replay_ratio=None if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1])),
+                   replay_staleness_target=given.get("replay_staleness_target"),
+                   max_staleness=given.get("max_staleness"), simulated=simulated)
+
+    def to_wire(self) -> dict:
+        out = asdict(self)
+        out["replay_ratio"] = None if self.replay_ratio is None else list(self.replay_ratio)
+        return out
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "LawSettings":
+        band = wire.get("replay_ratio")
+        return cls(**{**wire, "replay_ratio": None if band is None else tuple(band)})

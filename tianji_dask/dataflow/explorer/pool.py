@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from distributed import WorkerPlugin
 
-from tianji_dask.envs.rollout import Rollout
+from tianji_dask.envs.rollout import Rollout, stream_seed
 from tianji_dask.envs.simulate import StepCostClock
 
 POOL_PREFIX = "tianji-envs-"
@@ -113,7 +113,7 @@ class EnvPool(WorkerPlugin):
         """The stream's live envs (call with its stream lock held)."""
         if explorer_id not in self.rollouts:
             with self._lock:  # a stream rebuilt on another worker gets fresh seeds, not a replay of the old episodes
-                seed = self.seed * 100_003 + explorer_id * 1009 + self.rebuilds
+                seed = stream_seed(self.seed, explorer_id, self.rebuilds)
                 self.rebuilds += 1
             kwargs = {**self.env_kwargs, **self.explorer_kwargs.get(explorer_id, {})}
             cost = self.step_costs.get(explorer_id)

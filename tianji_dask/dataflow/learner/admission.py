@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow.controller.settings import LawSettings
 from tianji_dask.dataflow.messages import (
     Consumption,
     ControllerParams,
@@ -33,13 +34,13 @@ class Request:
 
 
 class AdmissionClient:
-    def __init__(self, client, *, run_id: str, group: int, law: dict, learner_address: str, chunk_env_steps: int,
+    def __init__(self, client, *, run_id: str, group: int, law: LawSettings, learner_address: str, chunk_env_steps: int,
                  rebuilt: bool = False):
         self._client = client
         self._run_id, self._group = run_id, group
         rebuilt_flag = {"rebuilt": True} if rebuilt else {}
         self.params = ControllerParams.from_wire(client.sync(
-            client.scheduler.tianji_begin, run_id=run_id, law=law, learner_address=learner_address,
+            client.scheduler.tianji_begin, run_id=run_id, law=law.to_wire(), learner_address=learner_address,
             chunk_env_steps=chunk_env_steps, group=group, **rebuilt_flag,
         ))
         self._request: Request | None = None

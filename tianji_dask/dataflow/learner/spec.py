@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tianji_dask.core.spec import CoreSpec
+from tianji_dask.dataflow.controller.settings import LawSettings
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class EvalSpec:
 @dataclass(frozen=True)
 class LearnerSpec:
     """``streams``: the explorer stream ids this learner feeds on. ``law``: the controller's
-    settings for this learner's books (as ``Run.law()`` gives them). ``direct_min_bytes``:
+    settings for this learner's books. ``direct_min_bytes``:
     chunks at least this big come over a direct socket (None: all through Dask).
     ``inline_weights_max_bytes``: weights at most this big travel inside each task (None:
     always scattered). ``rebuilt``: this learner replaces one whose worker was lost.
@@ -47,7 +48,7 @@ class LearnerSpec:
     streams: tuple[int, ...]
     chunk_steps: int
     chunk_env_steps: int
-    law: dict
+    law: LawSettings
     publish_every: int = 1
     updates_per_pass: int = 1
     drop_on_refresh: bool = False
