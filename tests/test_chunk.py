@@ -95,7 +95,6 @@ def test_chunk_travels_through_dask_serialization_intact(scale):
                        terminated=rng.random((t, n)) < 0.1, truncated=np.zeros((t, n), bool), valid=np.ones((t, n), bool),
                        extras={"logp": rng.standard_normal((t, n), dtype=np.float32)}, explorer_id=3, policy_version=7,
                        t_start=1.0, t_end=2.0, episodes=[(1.5, 10.0, 10)])
-    chunk["explore_s"] = 0.25
     assert (chunk["nbytes"] <= PACK_LIMIT) == (scale == 1)
     frames = dumps({"data": to_serialize(chunk)})
     back = loads(frames)["data"]

@@ -293,7 +293,7 @@ def test_auto_replay_ratio_is_half_to_double_the_algorithms_own():
 
 
 def consumed(*rows) -> dict:
-    """Consumption records (key, explorer_id, env_steps, nbytes, staleness, age_s, dropped) as the wire carries them."""
+    """Consumption records (key, explorer_id, env_steps, nbytes, staleness, age_s, why dropped) as the wire carries them."""
     return consumptions_to_wire([Consumption(*row) for row in rows])
 
 
@@ -307,7 +307,7 @@ def test_handlers_grant_refuse_and_count():
     assert ctl.cycle("r1", want=keys, progress=warm)["granted"] == keys[:2]  # the window
     # a consumed report returns the credit; the ratio is too low to admit more
     low = {"env_steps": 1000, "samples_trained": 100, "warm": True}
-    reply = ctl.cycle("r1", consumed=consumed((keys[0], 0, 256, 10, 3, 0.1, False)), want=keys[2:], progress=low,
+    reply = ctl.cycle("r1", consumed=consumed((keys[0], 0, 256, 10, 3, 0.1, None)), want=keys[2:], progress=low,
                       learner_version=3)
     assert reply["granted"] == [] and books.refused_replay_ratio == 1 and books.chunks_in_flight == 1
     # the answer names the samples at which one more chunk would be admitted: 16 x (1000 + 1 x 256)
@@ -315,7 +315,7 @@ def test_handlers_grant_refuse_and_count():
     ok = {"env_steps": 1000, "samples_trained": 16 * 2000, "warm": True}
     reply = ctl.cycle("r1", want=keys[2:], progress=ok)
     assert reply["granted"] == keys[2:3] and reply["ask_again_at_samples"] is None  # 32,000 >= 16 x (1000 + 2 x 256)
-    ctl.cycle("r1", consumed=consumed((keys[1], 1, 256, 10, 0, 0.1, True)), progress=ok)
+    ctl.cycle("r1", consumed=consumed((keys[1], 1, 256, 10, 0, 0.1, "algorithm")), progress=ok)
     state = ctl.state("r1", history=True)
     assert state["chunks_consumed"] == 2 and state["chunks_dropped"] == 1
     assert state["staleness_hist"] == {"0": 1, "3": 1} and len(state["history"]) == 2

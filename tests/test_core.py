@@ -92,7 +92,7 @@ def test_the_core_reports_replay_staleness_for_replaying_algorithms_only():
 def test_a_dropped_chunk_is_counted_and_its_episodes_still_count():
     core = core_of(StopRules(max_updates=1))
     chunk = Rollout("CartPole-v1", 4, seed=0).run(core.algo, 64, {}, policy_version=0, explorer_id=0)
-    done = core.consume(chunk, drop="max_staleness")
+    done = core.consume(chunk, dropped="max_staleness")
     assert done.dropped == "max_staleness" and done.kept_steps == 0
     assert core.ledger.dropped == {"max_staleness": 1} and len(core.ledger.episodes) == len(chunk["episodes"])
     assert not core.ready()  # the algorithm never saw it

@@ -81,7 +81,7 @@ def test_controller_keeps_books_per_group():
     keys1 = [f"tianji-explore-r-g1-{i}" for i in range(4)]
     assert ctl.cycle("r", group=0, want=keys0, progress=warm)["granted"] == keys0[:2]
     assert ctl.cycle("r", group=1, want=keys1, progress=warm)["granted"] == keys1[:3]
-    ctl.cycle("r", group=1, consumed=consumptions_to_wire([Consumption(keys1[0], 2, 256, 10, 1, 0.1, False)]), learner_version=4)
+    ctl.cycle("r", group=1, consumed=consumptions_to_wire([Consumption(keys1[0], 2, 256, 10, 1, 0.1, None)]), learner_version=4)
     ctl.transition(keys0[1], "processing", "erred")  # a credit goes back to the group that holds it
     state = ctl.state("r")
     g0, g1 = state["groups"]

@@ -134,13 +134,13 @@ def test_admission_asks_only_when_the_controllers_floor_can_grant(cluster):
     assert granted == want and not adm.waiting  # warm-up: everything the window allows
     # warm, too few samples trained: nothing granted, and the answer says when to ask again
     low = Progress(env_steps=1000, samples_trained=100, warm=True)
-    consumed = [Consumption(want[0][0], 0, 256, 10, 1, 0.01, False)]
+    consumed = [Consumption(want[0][0], 0, 256, 10, 1, 0.01, None)]
     adm.request(consumed=consumed, held=[], want=[("tianji-explore-a1-2", 0)], version=5, progress=low, status=None)
     granted, _ = adm.reply()
     assert granted == [] and not adm.may_ask(low.samples_trained, starving=False, in_flight=1)
     assert adm.may_ask(16 * (1000 + 256), starving=False, in_flight=1)  # the floor reached
     assert adm.may_ask(100, starving=True, in_flight=0)  # nothing out and starving: always
-    adm.final(consumed=[Consumption(want[1][0], 1, 256, 10, 0, 0.01, True)], version=6, progress=low, status={})
+    adm.final(consumed=[Consumption(want[1][0], 1, 256, 10, 0, 0.01, "algorithm")], version=6, progress=low, status={})
     state = client.sync(client.scheduler.tianji_state, run_id="a1")
     assert state["chunks_consumed"] == 2 and state["chunks_in_flight"] == 0 and state["chunks_dropped"] == 1
     adm.set_window(5)

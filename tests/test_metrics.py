@@ -80,7 +80,8 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_p
         eps = np.array([[t0 + i + 0.5, float(i), 10.0], [t0 + i + 0.2, float(-i), 5.0]])  # out of order
         chunk = {"policy_version": i, "explorer_id": i % 3, "env_steps": 16, "nbytes": 100,
                  "t_start": t0 + i, "t_end": t0 + i + 0.9, "episodes": eps}
-        ledger.consume(chunk, version=i + int(rng.integers(0, 5)), kept_steps=16, t_consumed=t0 + i + 1)
+        version = i + int(rng.integers(0, 5))
+        ledger.consume(chunk, version, version - i, kept_steps=16, t_consumed=t0 + i + 1)
     episodes, chunks = ledger.arrays()
     assert episodes.shape == (2 * n, 4) and chunks.shape == (n, len(CHUNK_FIELDS))
     assert np.array_equal(episodes[:2, 1], [0.0, 0.0]) and np.array_equal(episodes[2:4, 1], [-1.0, 1.0])  # sorted by end
@@ -103,7 +104,7 @@ def test_ledger_books_thousands_of_chunks_compactly_and_round_trips(where, tmp_p
     e2, c2 = again.arrays()
     np.testing.assert_allclose(e2[:, 0] - 100, episodes[:, 0])
     np.testing.assert_array_equal(c2[:, 5], staleness)
-    ledger.consume({**chunk, "episodes": np.zeros((0, 3))}, version=n, kept_steps=16)
+    ledger.consume({**chunk, "episodes": np.zeros((0, 3))}, n, n - chunk["policy_version"], kept_steps=16)
     assert len(ledger.episodes) == 2 * n and len(ledger.chunk_rows) == n + 1 and len(again.chunk_rows) == n
     assert len(ledger.arrays()[1]) == n + 1
     ledger.discard_spill()

@@ -201,7 +201,7 @@ def test_page_follows_the_newest_run_until_one_is_picked():
     def begin(run_id, explorers):
         ctl.begin(run_id, law_wire(window=4, staleness_target=explorers))
         keys = ctl.cycle(run_id, want=[f"tianji-explore-{run_id}-{i:012x}" for i in range(explorers)])["granted"]
-        rows = [Consumption(key, i, 16, 10, 1, 0.1, False) for i, key in enumerate(keys)]
+        rows = [Consumption(key, i, 16, 10, 1, 0.1, None) for i, key in enumerate(keys)]
         ctl.cycle(run_id, consumed=consumptions_to_wire(rows), learner_version=1, learner_status={
             "env_steps": 16 * explorers, "samples_trained": 0, "learn_s": 0.0, "version": 1})
 

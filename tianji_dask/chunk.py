@@ -21,8 +21,9 @@ import numpy as np
 
 #: arrays every chunk carries: name -> (dtype kind check, leading shape as a function of T, N)
 ARRAY_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
-#: scalar stamps every chunk carries
-STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes")
+#: scalar stamps every chunk carries; ``env_seed`` and ``stream_serial`` say which env instance made it
+#: and which of that instance's chunks it is (what an exact replay rebuilds it from)
+STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes", "env_seed", "stream_serial")
 #: a recurrent policy's arrays whose first axis is the env (N, S), and those of its burn-in steps (K, N, ...)
 STATE_FIELDS = ("state0", "burn_state")
 BURN_IN_FIELDS = ("burn_obs", "burn_valid")
@@ -96,7 +97,13 @@ def make_chunk(
     t_start: float,
     t_end: float,
     episodes: list[tuple[float, float, int]],
+    env_seed: int = 0,
+    stream_serial: int = 0,
+    recurrent: dict[str, np.ndarray] | None = None,
 ) -> SampleChunk:
+    """A chunk with every field its schema declares and nothing else: the arrays and stamps
+    above; ``recurrent``, a recurrent policy's ``STATE_FIELDS`` and ``BURN_IN_FIELDS`` (see the
+    module docstring). ``env_steps`` and ``nbytes`` are counted here."""
     chunk = SampleChunk({
         "obs": obs,
         "actions": actions,
@@ -111,6 +118,9 @@ def make_chunk(
         "env_steps": int(valid.sum()),
         "t_start": float(t_start),
         "t_end": float(t_end),
+        "env_seed": int(env_seed),
+        "stream_serial": int(stream_serial),
+        **(recurrent or {}),
     })
     chunk["nbytes"] = int(sum(v.nbytes for v in chunk.values() if isinstance(v, np.ndarray)))
     return chunk

@@ -13,23 +13,13 @@ import numpy as np
 
 from tianji_dask.core import checkpoint
 from tianji_dask.core.compile import BackgroundCompile, resolve
+from tianji_dask.core.consumption import Consumption
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.exact_replay_log import ExactReplayLog, weights_digest
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.torch_setup import learner_device, prepare_torch
 from tianji_dask.errors import raised_in
-
-
-@dataclass(frozen=True)
-class Consumed:
-    """One chunk on the books: its staleness when consumed, its age, the env steps the algorithm
-    kept, and why it was not trained on (None: it was)."""
-
-    staleness_versions: int
-    age_s: float
-    kept_steps: int
-    dropped: str | None
 
 
 @dataclass
@@ -90,29 +80,111 @@ class LearnerCore:
     def t_run_start(self) -> float:
         return self.ledger.t_run_start
 
+    # ---- what the dataflow asks of the algorithm and the books (through here, not their parts) --
+    @property
+    def on_policy(self) -> bool:
+        return self.algo.on_policy
+
+    def timed(self, part: str):
+        """A block whose wall time counts toward ``part`` of the learner's time (``Ledger.timed``)."""
+        return self.ledger.timed(part)
+
+    def exploration(self) -> dict:
+        """What explorers act with now, given the learner's progress (``Algorithm.exploration``)."""
+        return self.algo.exploration(self.ledger.env_steps, self.version)
+
+    def replay_progress(self) -> dict | None:
+        return self.algo.replay_progress()
+
+    def set_replay_ratio_max(self, rho_max: float | None) -> None:
+        self.algo.set_replay_ratio_max(rho_max)
+
+    def takes_more(self) -> bool:
+        """Would the next update train on one more chunk?"""
+        return self.algo.takes_more()
+
+    @property
+    def policy(self):
+        """The algorithm as explorers act with it: single mode's explorers act with the learner's own."""
+        return self.algo
+
+    def model_state(self) -> dict:
+        """What group mode averages across learners (``Algorithm.model_state``)."""
+        return self.algo.model_state()
+
+    def load_model_state(self, state: dict) -> None:
+        self.algo.load_model_state(state)
+
+    @property
+    def checkpoints(self) -> bool:
+        """This learner writes checkpoints."""
+        return self.checkpointer.settings is not None
+
+    @property
+    def last_checkpoint(self):
+        """The path of the newest checkpoint this learner wrote (None: none yet)."""
+        return self.checkpointer.last_path
+
+    @property
+    def chunks_lost(self) -> int:
+        return len(self.ledger.lost)
+
+    def recent_episodes(self) -> list[list[float]]:
+        """The last window of training episodes, as [end time, return] (group mode pools them)."""
+        return self.ledger.episodes.tail(self.spec.stop.window)[:, :2].tolist()
+
+    def learner_figures(self, now: float) -> dict:
+        """Small and flat: what the dashboard and the Prometheus collector show of the learner."""
+        ledger, progress = self.ledger, self.algo.replay_progress()
+        return {
+            "version": self.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
+            "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
+            "mean_return": ledger.mean_return(), "eval_mean_return": ledger.eval_mean(),
+            "elapsed_s": now - ledger.t_run_start,
+            "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
+            "replay_ratio": self.replay_ratio(),
+            # what the controller holds a replay_staleness_target by, and how full the buffer is
+            "replay_staleness_recent_mean": ledger.replay_staleness_recent(),
+            "replay_fill": (progress or {}).get("fill"),
+        }
+
     # ---- consuming ------------------------------------------------------------------------
     def staleness(self, chunk: dict) -> int:
         return self.version - chunk["policy_version"]
 
-    def consume(self, chunk: dict, *, drop: str | None = None, submit_version: int | None = None,
-                explore: dict | None = None) -> Consumed:
-        """Put a chunk on the books; unless ``drop`` names why not, the algorithm ingests it (it
-        may still refuse it: "algorithm", e.g. on-policy data past its lag limit). A dropped
-        chunk's episodes count all the same: they ran."""
-        kept = 0
+    def filter_reason(self, chunk: dict, *, max_staleness: int | None = None, superseded: bool = False) -> str | None:
+        """Why the dataflow's filters drop ``chunk`` now (None: they keep it): staler than
+        ``max_staleness``, or made by a version ``superseded`` before it was sent (TianJi's drop
+        on refresh)."""
+        if max_staleness is not None and self.staleness(chunk) > max_staleness:
+            return "max_staleness"
+        return "refresh" if superseded else None
+
+    def waits(self, chunk: dict) -> bool:
+        """Would the algorithm still train on ``chunk`` (on-policy data waits for the update
+        that takes it), rather than drop it at once?"""
+        return self.algo.accepts(self.staleness(chunk))
+
+    def consume(self, chunk: dict, *, key: str = "", dropped: str | None = None, submit_version: int | None = None,
+                explore: dict | None = None) -> Consumption:
+        """Put a chunk on the books; unless ``dropped`` names why not (``filter_reason``), the
+        algorithm ingests it (it may still refuse it: "algorithm", e.g. on-policy data past its
+        lag limit). A dropped chunk's episodes count all the same: they ran."""
+        staleness, kept = self.staleness(chunk), 0
         if self.replay_log is not None:
-            self.replay_log.record(chunk, self.ledger.updates, drop is not None, explore)
-        if drop is None:
+            self.replay_log.record(chunk, self.ledger.updates, dropped is not None, explore)
+        if dropped is None:
             with self.ledger.timed("ingest"):
-                kept = self.algo.ingest(chunk, self.staleness(chunk))
+                kept = self.algo.ingest(chunk, staleness)
             if kept == 0:
-                drop = "algorithm"
-        if drop is not None:
-            self.ledger.record_dropped(drop)
-        staleness, age_s = self.ledger.consume(chunk, self.version, kept, submit_version=submit_version)
+                dropped = "algorithm"
+        if dropped is not None:
+            self.ledger.record_dropped(dropped)
+        age_s = self.ledger.consume(chunk, self.version, staleness, kept, submit_version=submit_version)
         if self.callbacks is not None and len(chunk["episodes"]) and self.callbacks.wants("on_episodes"):
             self.callbacks.emit("on_episodes", self._episode_rows(chunk))
-        return Consumed(staleness, age_s, kept, drop)
+        return Consumption(key, int(chunk["explorer_id"]), int(chunk["env_steps"]), int(chunk["nbytes"]), staleness,
+                           age_s, dropped, kept)
 
     def _episode_rows(self, chunk: dict) -> list[dict]:
         """The chunk's episodes as callbacks get them, in the order the books keep them."""

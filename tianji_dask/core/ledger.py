@@ -59,16 +59,16 @@ class Ledger:
         return Rows(width, rows, spill=spill)
 
     # ---- recording ----------------------------------------------------------------------
-    def consume(self, chunk: dict, version: int, kept_steps: int, *, submit_version: int | None = None,
-                t_consumed: float | None = None) -> tuple[int, float]:
-        """Record one consumed chunk; returns (staleness_versions, age_s).
+    def consume(self, chunk: dict, version: int, staleness: int, kept_steps: int, *, submit_version: int | None = None,
+                t_consumed: float | None = None) -> float:
+        """Record one chunk consumed at learner ``version``, ``staleness`` versions after its
+        policy's; returns its age (seconds since it was made).
 
         ``submit_version``: the learner's version when the chunk's task was submitted (the
         chunk's policy is at most ``publish_every - 1`` versions older than that)."""
         t_consumed = time.time() if t_consumed is None else t_consumed
         if self.t_first_chunk is None:
             self.t_first_chunk = t_consumed
-        staleness = version - chunk["policy_version"]
         age_s = max(0.0, t_consumed - chunk["t_end"])
         self.chunk_rows.append((
             t_consumed, chunk["explorer_id"], chunk["policy_version"] if submit_version is None else submit_version,
@@ -89,7 +89,7 @@ class Ledger:
             if (self.solved_online_at is None and self.rules.window_mean_solves(self._recent_returns)
                     and self.rules.solved_at(self.episodes.all()) is not None):
                 self.solved_online_at = t_consumed
-        return staleness, age_s
+        return age_s
 
     def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
         """One evaluation's episodes (played apart, never trained on); with ``stop.on: eval`` the

@@ -8,18 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-
-@dataclass(frozen=True)
-class Consumption:
-    """One consumed chunk, as the controller books it (its credit comes back with it)."""
-
-    key: str
-    explorer_id: int
-    env_steps: int
-    nbytes: int
-    staleness_versions: int
-    age_s: float
-    dropped: bool
+from tianji_dask.core.consumption import Consumption
 
 
 _COLUMNS = tuple(f.name for f in fields(Consumption))

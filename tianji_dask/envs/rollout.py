@@ -119,19 +119,18 @@ class Rollout:
             self.resetting = done
         obs_buf[n_steps] = obs
         self.obs = obs
-        chunk = make_chunk(
-            obs=obs_buf, actions=actions, rewards=rewards, terminated=terminated, truncated=truncated,
-            valid=valid, extras=extra_bufs, explorer_id=explorer_id, policy_version=policy_version,
-            t_start=t_start, t_end=time.time(), episodes=episodes,
-        )
+        recurrent = None
         if state0 is not None:
             recurrent = {"state0": state0}  # the state step 0 acted from, (N, S)
             if burn_in:
                 recurrent.update(self.history.fields())
                 self.history.advance(obs_buf[:n_steps], valid, tail_states)
-            chunk.update(recurrent)
-            chunk["nbytes"] += sum(v.nbytes for v in recurrent.values())
-        chunk["env_seed"], chunk["stream_serial"] = self.seed, self.serial
+        chunk = make_chunk(
+            obs=obs_buf, actions=actions, rewards=rewards, terminated=terminated, truncated=truncated,
+            valid=valid, extras=extra_bufs, explorer_id=explorer_id, policy_version=policy_version,
+            t_start=t_start, t_end=time.time(), episodes=episodes, env_seed=self.seed, stream_serial=self.serial,
+            recurrent=recurrent,
+        )
         self.serial += 1
         self.env_steps += chunk["env_steps"]
         return chunk

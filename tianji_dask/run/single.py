@@ -40,8 +40,8 @@ class SingleProcessRun:
         core = self.core
         while not self._stop.is_set() and core.stop_reason() is None:
             for eid, rollout in enumerate(self.rollouts):
-                explore = core.algo.exploration(core.ledger.env_steps, core.version)
-                chunk = rollout.run(core.algo, self.chunk_steps, explore, policy_version=core.version, explorer_id=eid)
+                chunk = rollout.run(core.policy, self.chunk_steps, core.exploration(), policy_version=core.version,
+                                    explorer_id=eid)
                 core.consume(chunk)
                 core.log_status(self.status())
                 while core.ready():

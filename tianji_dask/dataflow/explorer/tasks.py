@@ -44,7 +44,6 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
         seed_acting = getattr(policy, "seed_acting", None)
         if seed_acting is not None:  # this chunk's actions: a function of its seed and weights alone
             seed_acting([rollout.seed, rollout.serial])
-        t0 = time.perf_counter()
         with context_meter.meter("env-step"):
             try:
                 chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
@@ -52,7 +51,6 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
                 pool.drop(explorer_id)  # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
                 raise ExplorerError(f"explorer {explorer_id}, env {pool.env_id}: {raised_in(err, type(policy))}",
                                     traceback.format_exc()) from err
-    chunk["explore_s"] = time.perf_counter() - t0
     pool.count(chunk["env_steps"])
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache

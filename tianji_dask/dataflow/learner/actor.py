@@ -48,7 +48,7 @@ class Learner:
                                          learner_address=worker.address, chunk_env_steps=spec.chunk_env_steps,
                                          rebuilt=spec.rebuilt)
         if self.admission.params.rho_max is not None:
-            core.algo.set_replay_ratio_max(self.admission.params.rho_max)
+            core.set_replay_ratio_max(self.admission.params.rho_max)
         window = core.restored.get("controller", {}).get("window")
         if window:
             self.admission.set_window(window)
@@ -59,11 +59,11 @@ class Learner:
 
             reducer = dask_internals.actor_handle(Reducer, spec.fusion.reducer_address, spec.fusion.reducer_key, worker)
             self.fusion = FusionClient(spec.fusion, spec.group, reducer)
-        inline = WeightsPublisher.fits_inline(core.algo.get_weights(), spec.inline_weights_max_bytes)
+        inline = WeightsPublisher.fits_inline(core.weights(), spec.inline_weights_max_bytes)
         self.publisher = WeightsPublisher(client, worker.address, spec.tag, inline)
         self.stream = ExplorerStream(client, run_id=spec.run_id, tag=spec.tag, group=spec.group, streams=spec.streams,
                                      chunk_steps=spec.chunk_steps, worker_address=worker.address,
-                                     direct_min_bytes=spec.direct_min_bytes, timed=core.ledger.timed,
+                                     direct_min_bytes=spec.direct_min_bytes, timed=core.timed,
                                      hosts=spec.explorer_hosts)
         self._stop = threading.Event()
         self._status: dict = {}
@@ -106,7 +106,7 @@ class Learner:
     async def hand_off_now(self) -> bool:
         """Hand off at once (the worker is being preempted): no drain, a checkpoint, then stop.
         False when the learner has no handoff to make (it does not checkpoint, or it has ended)."""
-        if self.core.checkpointer.settings is None or self._final is not None:
+        if not self.core.checkpoints or self._final is not None:
             return False
         self.loop.handoff_at = time.time()
         self._handoff_asked = True
@@ -145,7 +145,7 @@ class Learner:
         final = core.finish(extras, final_status=lambda _: self._status)
         self.stream.close()
         self.publisher.close()
-        handoff, path = self.loop.handoff, core.checkpointer.last_path
+        handoff, path = self.loop.handoff, core.last_checkpoint
         if handoff is not None and core.error is None and path is not None:  # the loop's end wrote that checkpoint
             self._handoff = {**handoff, "checkpoint": str(path), "worker": self._worker_address,
                              "cause": "preempted" if self._handoff_asked else "lifetime", "t_run_start": core.t_run_start}

@@ -57,7 +57,7 @@ class FusionClient:
         offer = self._offer
         if offer is None:
             if self._updates >= self.spec.every and not stopping:
-                offered = core.algo.model_state()
+                offered = core.model_state()
                 call = self._reducer.offer(self.group, self._round, core.version, offered)
                 self._offer = _Offer(self._round, offered, core.version, time.time(), call)
             return False
@@ -73,8 +73,8 @@ class FusionClient:
             offer.take = self._reducer.take(offer.round)
             return False
         model, versions = fused
-        now = core.algo.model_state()
-        core.algo.load_model_state({k: model[k] + (now[k] - offer.offered[k]) for k in model})
+        now = core.model_state()
+        core.load_model_state({k: model[k] + (now[k] - offer.offered[k]) for k in model})
         core.new_version()
         self.installed.append({
             "round": offer.round, "offered_version": offer.version, "installed_version": core.version,

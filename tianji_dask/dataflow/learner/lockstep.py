@@ -30,7 +30,7 @@ class LockstepLoop(Loop):
         self._receive(wait=must_wait)
         if self._pending:
             for arrival in self._pending:
-                self._ingest(arrival)
+                self._ingest(arrival, self._filter(arrival.chunk))
             self._pending.clear()
             n_want = self._wanted()
         if self._round_open and not self.stream.in_flight:  # the whole round is in: train, then broadcast

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from tianji_dask.dataflow.messages import Consumption, Progress
+from tianji_dask.core.consumption import Consumption
+from tianji_dask.dataflow.messages import Progress
 
 STATUS_EVERY_S = 0.2
 REPORT_EVERY_S = 0.1  # consumed chunks reach the controller at least this often
@@ -31,7 +32,7 @@ class Loop:
     def __init__(self, *, spec, core, stream, publisher, admission, fusion, stop_event, on_status):
         self.spec, self.core, self.stream, self.publisher = spec, core, stream, publisher
         self.admission, self.fusion, self._stop, self._on_status = admission, fusion, stop_event, on_status
-        self.timed = core.ledger.timed
+        self.timed = core.timed
         self._pending: deque = deque()  # arrivals received, not yet consumed
         self._consumed: list[Consumption] = []  # consumed, not yet reported to the controller
         self._held: list = []  # their futures, alive until the controller has them on record
@@ -88,22 +89,17 @@ class Loop:
                 self.core.fail(f"explorer {arrival.stream} failed {arrival.failures} chunks in a row; last: {arrival.lost}",
                                "explorer_failures", detail=arrival.detail)
 
-    def _ingest(self, arrival) -> None:
-        chunk = arrival.chunk
-        done = self.core.consume(chunk, drop=self._drop_reason(chunk), submit_version=arrival.submit_version,
-                                 explore=arrival.explore)
-        self._consumed.append(Consumption(arrival.key, arrival.stream, chunk["env_steps"], chunk["nbytes"],
-                                          done.staleness_versions, done.age_s, done.dropped is not None))
+    def _ingest(self, arrival, dropped: str | None) -> None:
+        """Consume an arrival (``dropped``: why the filters drop it, None: the algorithm takes it)."""
+        self._consumed.append(self.core.consume(arrival.chunk, key=arrival.key, dropped=dropped,
+                                                submit_version=arrival.submit_version, explore=arrival.explore))
         self._held.append(arrival.future)
 
-    def _drop_reason(self, chunk: dict) -> str | None:
-        max_staleness = self.admission.params.max_staleness
-        if max_staleness is not None and self.core.staleness(chunk) > max_staleness:
-            return "max_staleness"
-        # TianJi's explorer takes new weights between sends and drops what it had not sent
-        if self.spec.drop_on_refresh and self.publisher.superseded_before(chunk["policy_version"], chunk["t_end"]):
-            return "refresh"
-        return None
+    def _filter(self, chunk: dict) -> str | None:
+        """Why the dataflow's filters drop ``chunk`` (the core's ``filter_reason``), None: kept.
+        TianJi's explorer takes new weights between sends and drops what it had not sent."""
+        superseded = self.spec.drop_on_refresh and self.publisher.superseded_before(chunk["policy_version"], chunk["t_end"])
+        return self.core.filter_reason(chunk, max_staleness=self.admission.params.max_staleness, superseded=superseded)
 
     def _publish_due(self) -> bool:
         return self._must_publish or self.core.version - self.publisher.version >= self.spec.publish_every
@@ -148,7 +144,7 @@ class Loop:
         # batching interval (10 ms) before it leaves this process
         granted, release_after_submit = self.admission.reply()
         if self.admission.params.rho_max != rho_max:
-            self.core.algo.set_replay_ratio_max(self.admission.params.rho_max)
+            self.core.set_replay_ratio_max(self.admission.params.rho_max)
         if granted and self.needs_current_weights and self.publisher.version != self.core.version:
             with self.timed("publish"):  # it trained meanwhile: this work needs this version
                 self._publish(wait=True)
@@ -156,7 +152,7 @@ class Loop:
             with self.timed("publish"):  # inline weights cost only a copy: off-policy work gets them fresh too
                 self._publish()
         newest = self.publisher.newest()
-        explore = self.core.algo.exploration(self.core.ledger.env_steps, self.core.version)
+        explore = self.core.exploration()
         with self.timed("submit"):
             self.stream.workers_moved(self.admission.workers_epoch)
             self.stream.submit(granted, newest.version, newest.weights, explore, self.core.version)
@@ -211,7 +207,7 @@ class Loop:
         """Report what was consumed; cancel what is still out (its credits come back when forgotten).
         At a handoff, the chunks that go this way are counted in ``handoff``."""
         when = "at stop" if self.handoff is None else "at handoff"
-        lost0 = len(self.core.ledger.lost)
+        lost0 = self.core.chunks_lost
         if self.admission.waiting:
             self._take_reply()  # what it grants is submitted, then cancelled below
         self.admission.final(consumed=self._consumed, version=self.core.version, progress=self._progress(),
@@ -225,26 +221,14 @@ class Loop:
         if self.evaluation is not None:
             self.evaluation.cancel()
         if self.handoff is not None:
-            self.handoff["chunks_lost"] = len(self.core.ledger.lost) - lost0
+            self.handoff["chunks_lost"] = self.core.chunks_lost - lost0
 
     # ---- reading --------------------------------------------------------------------------
     def _progress(self) -> Progress | None:
-        return Progress.of(self.core.algo.replay_progress(), starving=not self.core.ready())
+        return Progress.of(self.core.replay_progress(), starving=not self.core.ready())
 
     def _learner_status(self, now: float) -> dict:
-        """Small and flat: what the dashboard and the Prometheus collector show of the learner."""
-        ledger = self.core.ledger
-        return {
-            "version": self.core.version, "updates": ledger.updates, "env_steps": ledger.env_steps,
-            "samples_trained": ledger.samples_trained, "learn_s": ledger.learn_s, "episodes": len(ledger.episodes),
-            "mean_return": ledger.mean_return(), "eval_mean_return": ledger.eval_mean(),
-            "elapsed_s": now - ledger.t_run_start,
-            "solved_s": None if ledger.solved_online_at is None else ledger.solved_online_at - ledger.t_run_start,
-            "replay_ratio": self.core.replay_ratio(),
-            # what the controller holds a replay_staleness_target by, and how full the buffer is
-            "replay_staleness_recent_mean": ledger.replay_staleness_recent(),
-            "replay_fill": (self.core.algo.replay_progress() or {}).get("fill"),
-        }
+        return self.core.learner_figures(now)
 
     def status(self, now: float) -> dict:
         """The learner's live status (what ``Run.status`` returns), logged to TensorBoard."""
@@ -254,7 +238,7 @@ class Loop:
         status["explorer_homes"] = self.stream.homes_by_stream()
         if self.fusion is not None:
             status.update(group=self.spec.group, fusions=len(self.fusion.installed), waiting_for_fusion=self.fusion.waiting,
-                          recent_episodes=core.ledger.episodes.tail(core.spec.stop.window)[:, :2].tolist())
+                          recent_episodes=core.recent_episodes())
         params = self.admission.params
         status["window"] = params.window
         status["staleness_target"] = {"state": params.target_state, "reason": params.target_reason}

@@ -15,7 +15,7 @@ class RelaxedLoop(Loop):
 
     def __init__(self, **parts):
         super().__init__(**parts)
-        self.needs_current_weights = self.core.algo.on_policy  # off-policy work may start on the previous version
+        self.needs_current_weights = self.core.on_policy  # off-policy work may start on the previous version
 
     def _wanted(self) -> int:
         """Chunks to ask for: up to the controller's window, counting those asked for and those
@@ -25,7 +25,7 @@ class RelaxedLoop(Loop):
         in_flight = self.stream.in_flight + self.admission.asked
         n_want = self.admission.params.window - in_flight - len(self._pending)
         if n_want > 0 and self.admission.ask_again_at is not None:
-            progress = self.core.algo.replay_progress()
+            progress = self.core.replay_progress()
             if progress is not None and not self.admission.may_ask(progress["samples_trained"], not self.core.ready(), in_flight):
                 return 0
         return max(0, n_want)
@@ -60,18 +60,18 @@ class RelaxedLoop(Loop):
         consumed (dropped, counted) at once to free their credits, the rest in arrival order.
         (Newest-version-first would leave older chunks waiting for ever, holding credits.)"""
         core = self.core
-        if not core.algo.on_policy:
+        if not core.on_policy:
             for arrival in self._pending:
-                self._ingest(arrival)
+                self._ingest(arrival, self._filter(arrival.chunk))
             self._pending.clear()
             return
         usable = deque()
         for arrival in self._pending:
-            staleness = core.staleness(arrival.chunk)
-            if self._drop_reason(arrival.chunk) or not core.algo.accepts(staleness):
-                self._ingest(arrival)
+            dropped = self._filter(arrival.chunk)
+            if dropped is not None or not core.waits(arrival.chunk):
+                self._ingest(arrival, dropped)  # consumed now, so its credit comes back
             else:
                 usable.append(arrival)
-        while usable and core.algo.takes_more():  # up to the update's batch, then it trains
-            self._ingest(usable.popleft())
-        self._pending = usable
+        while usable and core.takes_more():  # up to the update's batch, then it trains
+            self._ingest(usable.popleft(), None)  # kept by the filters just now
+        self._pending = usable  # judged again on the next pass: an update may have made them stale
