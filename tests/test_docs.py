@@ -131,9 +131,11 @@ def _rows(text: str) -> list[list[str]]:
     """The cells of each body row of the markdown tables in ``text`` (an escaped ``\\|`` stays in its cell)."""
     rows = []
     for line in text.splitlines():
-        if line.startswith("|") and not re.fullmatch(r"\|[-:| ]+\|", line.strip()):
+        if re.fullmatch(r"\|[-:| ]+\|", line.strip()):
+            rows.pop()  # the row above a table's separator is its header
+        elif line.startswith("|"):
             rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
-    return rows[1:] if rows else rows  # the first row is the header
+    return rows
 
 
 def _code(text: str) -> list[str]:
@@ -143,9 +145,10 @@ def _code(text: str) -> list[str]:
 
 def test_table_helpers_read_cells_and_sections(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# Page\n\n## One `x`\n\n| a | b |\n|---|---|\n| `p\\|q` | `r`, `s` |\n\n## Two\n\ntext\n")
+    page.write_text("# Page\n\n## One `x`\n\n| a | b |\n|---|---|\n| `p\\|q` | `r`, `s` |\n\n"
+                    "| c |\n|---|\n| d |\n\n## Two\n\ntext\n")
     one = _section(page, "One")
-    assert "## Two" not in one and _rows(one) == [["`p\\|q`", "`r`, `s`"]]
+    assert "## Two" not in one and _rows(one) == [["`p\\|q`", "`r`, `s`"], ["d"]]
     assert _code(_rows(one)[0][1]) == ["r", "s"]
 
 
@@ -175,7 +178,7 @@ def _cli_help(*args: str) -> str:
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
         main([*args, "--help"])
     assert exited.value.code == 0, f"tianji-dask {' '.join(args)} --help exited {exited.value.code}"
-    return out.getvalue()
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # without colours, where argparse adds them
 
 
 def _cli_commands() -> list[str]:
