@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,10 @@ def test_the_wheel_installed_elsewhere_trains_a_bundled_pipeline(tmp_path):
     dist = tmp_path / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, source])
     wheel, = dist.glob("tianji_dask-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    assert "tianji_dask/py.typed" in shipped, "the wheel lacks the py.typed marker: type checkers would ignore its hints"
+    assert any(name.split("/")[0].endswith(".dist-info") and name.endswith("/LICENSE") for name in shipped), \
+        "the wheel lacks the LICENSE"
     fresh = tmp_path / "fresh"
     _run([sys.executable, "-m", "venv", "--without-pip", fresh])
     python = fresh / "bin" / "python"

@@ -24,6 +24,10 @@ class AlgoConfig(BaseModel):
 
 
 class Algorithm(ABC):
+    """Base of every algorithm, bundled or your own: one object acts on the explorers (``act``,
+    ``get_weights``/``set_weights``) and learns on the learner (``ingest``, ``ready``, ``learn``);
+    name the hyperparameters' model on the class as ``Config`` (docs/extending.md)."""
+
     #: True for algorithms that train only on data from (nearly) the current policy
     on_policy: bool = False
     #: torch device types the learner side can train on (``learn`` moves its batches there)
@@ -86,7 +90,7 @@ class Algorithm(ABC):
 
     def policy_module(self) -> torch.nn.Module:
         """The deterministic policy as a plain CPU torch module, for export: a float32 batch of
-        observations (B, *obs_space.shape) as the env gives them -> the env's actions, int64 (B,)
+        observations ``(B, *obs_space.shape)`` as the env gives them -> the env's actions, int64 (B,)
         for Discrete, float32 (B, A) for Box, as ``env_action`` of ``act`` with exploration off
         makes them (normalization folded in). A recurrent algorithm's takes the state too:
         ``forward(obs, state) -> (actions, new_state)``, one step as ``act_recurrent`` with
