@@ -13,7 +13,8 @@ import torch
 from tianji_dask.algos import make_algorithm
 from tianji_dask.algos.dqn import DQN, DQNConfig
 from tianji_dask.algos.impala import IMPALA, IMPALAConfig, vtrace
-from tianji_dask.algos.models import ActorCritic, Adam, QNetwork, clip_grad_norm
+from tianji_dask.algos.models import ActorCritic, QNetwork
+from tianji_dask.algos.optim import Adam, clip_grad_norm
 from tianji_dask.algos.ppo import PPO, PPOConfig, gae
 from tianji_dask.algos.replay_buffer import ReplayBuffer, nstep_transitions
 from tianji_dask.chunk import make_chunk, validate_chunk
@@ -414,6 +415,21 @@ def test_ppo_drops_and_counts_stale_segments():
     assert metrics["samples"] == metrics["batch_env_steps"] * algo.config.update_epochs
     # ... and the surplus, now two versions old, was dropped
     assert algo.segments == [] and algo.dropped_segments == 2 and algo.updates == 1
+
+
+@pytest.mark.parametrize("cls,cfg", [(PPO, PPOConfig), (IMPALA, IMPALAConfig)])
+def test_a_checkpoint_keeps_every_counter_of_ppo_and_impala(cls, cfg):
+    # PPO's checkpoints once lost late_segments_used; both now save what counters() reports
+    algo = cls(OBS, ACT, cfg(segments_per_batch=2, max_policy_lag=1), seed=0)
+    chunk = ppo_chunk if cls is PPO else impala_chunk
+    algo.ingest(chunk(algo, 0), staleness=2)  # dropped: past the lag limit
+    algo.ingest(chunk(algo, 1), staleness=1)  # trained on, one version late
+    algo.ingest(chunk(algo, 2), staleness=0)
+    algo.learn()
+    assert algo.counters()["late_segments_used"] == 1 and algo.counters()["dropped_segments"] == 1
+    again = cls(OBS, ACT, cfg(segments_per_batch=2, max_policy_lag=1), seed=1)
+    again.load_state_dict(algo.state_dict())
+    assert again.counters() == algo.counters() and again.updates == algo.updates == 1
 
 
 def test_ppo_learn_on_real_rollouts_improves_the_surrogate():

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from tianji_dask.acting import Acting
 from tianji_dask.chunk import validate_chunk
 from tianji_dask.envs.rollout import Rollout
 
 
-class RandomPolicy:
+class RandomPolicy(Acting):
     def __init__(self, seed=0):
         self.rng = np.random.default_rng(seed)
 

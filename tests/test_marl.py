@@ -12,6 +12,7 @@ pytest.importorskip("mpe2", reason="multi-agent envs need mpe2 (pip install 'tia
 from mpe2 import simple_spread_v3  # noqa: E402
 
 from tianji_dask import Run
+from tianji_dask.acting import Acting
 from tianji_dask.algos import make_algorithm  # noqa: E402
 from tianji_dask.algos.replay_buffer import nstep_transitions  # noqa: E402
 from tianji_dask.chunk import validate_chunk  # noqa: E402
@@ -27,7 +28,7 @@ N_AGENTS, OBS_DIM, N_ACTIONS, EPISODE = 3, 18, 5, 25  # simple_spread's defaults
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-class UniformPolicy:
+class UniformPolicy(Acting):
     """Every agent picks one of its actions uniformly at random."""
 
     def __init__(self, seed: int):

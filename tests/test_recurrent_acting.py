@@ -23,6 +23,7 @@ from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import make_vec_env
 from tianji_dask.export import Policy, export_policy, load_policy
 from tianji_dask.testing import AlgorithmCheckError, check_algorithm
+from tianji_dask.acting import Acting
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -55,7 +56,7 @@ def _trained(algo: PPO) -> PPO:
     return algo
 
 
-class Recorded:
+class Recorded(Acting):
     """A policy that records each ``act_recurrent`` call's state in and state out."""
 
     def __init__(self, algo):

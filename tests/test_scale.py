@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tianji_dask import Run
+from tianji_dask.acting import Acting
 from tianji_dask.config import PipelineError, load_pipeline
 from tianji_dask.core.metrics import CHUNK_FIELDS
 from tianji_dask.envs.rollout import Rollout
@@ -41,7 +42,7 @@ def test_a_rollout_draws_a_cost_per_chunk_and_the_env_stays_real():
 
     clock = Clock()
     rollout = Rollout("CartPole-v1", 2, seed=0, step_cost=clock)
-    policy = type("P", (), {"act": lambda self, obs, explore: (np.zeros(len(obs), int), {})})()
+    policy = type("P", (Acting,), {"act": lambda self, obs, explore: (np.zeros(len(obs), int), {})})()
     for _ in range(2):
         chunk = rollout.run(policy, 10, {}, policy_version=0, explorer_id=0)
     assert (clock.chunks, clock.steps) == (2, 20) and chunk["env_steps"] > 0

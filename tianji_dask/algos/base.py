@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from tianji_dask.acting import Acting
+
 
 class AlgoConfig(BaseModel):
     """Base of every algorithm's hyperparameters: unknown keys are errors, not silently ignored."""
@@ -23,7 +25,7 @@ class AlgoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Algorithm(ABC):
+class Algorithm(Acting, ABC):
     """Base of every algorithm, bundled or your own: one object acts on the explorers (``act``,
     ``get_weights``/``set_weights``) and learns on the learner (``ingest``, ``ready``, ``learn``);
     name the hyperparameters' model on the class as ``Config`` (docs/extending.md)."""

@@ -18,16 +18,9 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec, network_input
-from tianji_dask.algos.models import (
-    Adam,
-    QNetwork,
-    check_spaces,
-    clip_grad_norm,
-    load_weights,
-    seeded_init,
-    snapshot,
-    weights_of,
-)
+from tianji_dask.algos.models import QNetwork, check_spaces
+from tianji_dask.algos.optim import Adam
+from tianji_dask.algos.weights import load_weights, seeded_init, snapshot, weights_of
 from tianji_dask.algos.replay_buffer import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -209,11 +202,7 @@ class DQN(ReplayPacing, Algorithm):
         loss, q, target = self.loss(batch)
         if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
             self.replay.update_priorities(idx, (q.detach() - target).abs().cpu().numpy())
-        self.optimizer.zero_grad()
-        loss.backward()
-        if c.max_grad_norm is not None:
-            clip_grad_norm(self.params, c.max_grad_norm)
-        self.optimizer.step()
+        self.optimizer.minimize(loss, c.max_grad_norm)
         self.updates += 1
         self.update_credit -= 1.0
         if self.updates % c.target_update_interval == 0:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tianji_dask.algos.encoders import EncoderFactory, encode, encoder
-from tianji_dask.algos.models import NumpyMLP, as_batch, chain, layer_init, mlp
+from tianji_dask.algos.models import NumpyMLP, NumpyViews, as_batch, chain, layer_init, mlp
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: SAC's log-std is squashed into [LOG_STD_MIN, LOG_STD_MAX] (as CleanRL does)
@@ -65,7 +65,7 @@ def sample_gaussian(mean: np.ndarray, logstd: np.ndarray, rng: np.random.Generat
     return actions.astype(np.float32, copy=False), logp.astype(np.float32, copy=False)
 
 
-class GaussianActorCritic(nn.Module):
+class GaussianActorCritic(NumpyViews, nn.Module):
     """CleanRL's continuous-action agent: separate actor and critic MLPs with orthogonal init
     (hidden gain sqrt(2), actor mean head 0.01, value head 1) and a state-independent log-std,
     initialised to 0. With an own encoder, actor and critic each get an instance."""
@@ -76,7 +76,6 @@ class GaussianActorCritic(nn.Module):
         self.actor_encoder, in_dim = encoder(obs_dim, ortho=True)
         self.critic_encoder = encoder(obs_dim, ortho=True)[0]
         width = hidden[-1] if hidden else in_dim
-        self._np_actor = None  # numpy views for numpy_mean, made on first use
         self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)
         self.actor_head = layer_init(nn.Linear(width, action_dim), gain=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
@@ -96,24 +95,13 @@ class GaussianActorCritic(nn.Module):
         logstd = self.actor_logstd.expand(len(obs), -1)
         return normal_logprob(actions.float(), self.mean(obs), logstd), normal_entropy(logstd), self.value(obs)
 
-    def __getstate__(self):
-        # numpy views would be pickled as copies, detached from the parameters: rebuild them
-        return {**self.__dict__, "_np_actor": None}
-
-    def _apply(self, *args, **kwargs):
-        self._np_actor = None  # .to(device) and friends replace the parameters the views read
-        return super()._apply(*args, **kwargs)
-
     def numpy_mean(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(action means [B, A], log-std [1, A]) in numpy, for acting (see NumpyMLP); through
         torch with an own encoder."""
-        if self.actor_encoder is not None or self.actor_head.weight.device.type != "cpu":  # an encoder, or weights off the CPU
-            with torch.no_grad():
-                mean = self.mean(torch.from_numpy(as_batch(obs)).to(self.actor_head.weight.device)).cpu().numpy()
+        if self.in_torch(self.actor_encoder, self.actor_head.weight):
+            mean = self.torch_acting(self.mean, as_batch(obs), self.actor_head.weight.device)
             return mean, self.actor_logstd.detach().cpu().numpy()
-        if self._np_actor is None:
-            self._np_actor = (NumpyMLP(self.actor_trunk, self.actor_head), self.actor_logstd.detach().numpy())
-        mlp_np, logstd = self._np_actor
+        mlp_np, logstd = self.views(lambda: (NumpyMLP(self.actor_trunk, self.actor_head), self.actor_logstd.detach().numpy()))
         return mlp_np(as_batch(obs)), logstd
 
 
@@ -134,7 +122,7 @@ class SoftQNetwork(nn.Module):
         return F.linear(h, self.head.weight, self.head.bias).squeeze(-1)
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(NumpyViews, nn.Module):
     """tanh(u), u ~ N(mean(s), std(s)): actions in [-1, 1]."""
 
     def __init__(self, obs_dim: int | EncoderFactory, action_dim: int, hidden: Sequence[int]):
@@ -144,7 +132,6 @@ class SquashedGaussianActor(nn.Module):
         self.trunk = mlp(in_dim, hidden, "relu")
         self.mean_head = nn.Linear(width, action_dim)
         self.logstd_head = nn.Linear(width, action_dim)
-        self._np = None  # numpy views for numpy_forward, made on first use
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean [B, A], log-std [B, A]) of the Gaussian before the squashing, for flat float32 ``obs``."""
@@ -163,23 +150,12 @@ class SquashedGaussianActor(nn.Module):
         log_pi = normal_logprob(u, mean, log_std) - torch.log(1 - actions.pow(2) + 1e-6).sum(-1)
         return actions, log_pi
 
-    def __getstate__(self):
-        # numpy views would be pickled as copies, detached from the parameters: rebuild them
-        return {**self.__dict__, "_np": None}
-
-    def _apply(self, *args, **kwargs):
-        self._np = None  # .to(device) and friends replace the parameters the views read
-        return super()._apply(*args, **kwargs)
-
     def numpy_forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``forward`` in numpy, for acting (see NumpyMLP); through torch with an own encoder."""
-        if self.encoder is not None or self.mean_head.weight.device.type != "cpu":  # an encoder, or weights off the CPU
-            with torch.no_grad():
-                mean, log_std = self(torch.from_numpy(as_batch(obs)).to(self.mean_head.weight.device))
-            return mean.cpu().numpy(), log_std.cpu().numpy()
-        if self._np is None:
-            self._np = (NumpyMLP(self.trunk), NumpyMLP(self.mean_head), NumpyMLP(self.logstd_head))
-        trunk, mean_head, logstd_head = self._np
+        if self.in_torch(self.encoder, self.mean_head.weight):
+            return self.torch_acting(self, as_batch(obs), self.mean_head.weight.device)
+        trunk, mean_head, logstd_head = self.views(lambda: (NumpyMLP(self.trunk), NumpyMLP(self.mean_head),
+                                                           NumpyMLP(self.logstd_head)))
         h = trunk(as_batch(obs))
         log_std = np.tanh(logstd_head(h))
         return mean_head(h), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)

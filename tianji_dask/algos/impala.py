@@ -28,21 +28,18 @@ it with ``burn_in``); groups of envs keep their sequences whole.
 
 from __future__ import annotations
 
-from typing import Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.encoders import EncoderSpec
-from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.base import Algorithm
 from tianji_dask.algos.recurrent import RecurrentSpec, segment_terms, with_start_state
-from tianji_dask.algos.segments import SegmentActorCritic
+from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig
 from tianji_dask.chunk import extras, select_envs
 
 
-class IMPALAConfig(AlgoConfig):
+class IMPALAConfig(SegmentConfig):
     """Defaults are plain IMPALA (the paper's lam 1, no clip) with small, careful steps: two
     gradient steps per batch at lr 5e-4, advantages normalised per batch. Without PPO's clip the
     return oscillates, and at lr 1e-3 and above some seeds collapse to a deterministic policy.
@@ -50,10 +47,6 @@ class IMPALAConfig(AlgoConfig):
     ``pipelines/cartpole_impala.yaml`` sets: clip_coef 0.2, lr 2.5e-3, lam 0.95, 2 epochs x 8
     minibatches over one segment of 16 envs x 128 steps per batch."""
 
-    hidden: tuple[int, ...] = (64, 64)
-    activation: Literal["relu", "tanh"] = "relu"
-    shared_trunk: bool = False
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
     #: V-trace's lambda: trace cutting on top of c_bar (1: the paper's default)
     lam: float = Field(1.0, ge=0.0, le=1.0)
     #: rho_bar: clips the importance weight of the TD error and of the policy gradient
@@ -61,41 +54,18 @@ class IMPALAConfig(AlgoConfig):
     #: c_bar: clips the trace coefficients (how far a correction propagates back in time)
     c_clip: float = Field(1.0, gt=0.0)
     lr: float = Field(5e-4, gt=0.0)
-    adam_eps: float = Field(1e-5, gt=0.0)
-    #: chunks (segments) per batch: one learn() trains on at least this many
-    segments_per_batch: int = Field(1, ge=1)
-    #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
-    #: batches instead of falling behind its explorers; null: exactly segments_per_batch
-    max_segments_per_batch: int | None = Field(None, ge=1)
-    #: passes over the batch; each pass shuffles the envs into ``num_minibatches`` groups and
-    #: takes one gradient step per group, with V-trace recomputed under the current policy
-    update_epochs: int = Field(2, ge=1)
     #: groups of envs (whole time series: V-trace runs along time) per pass
     num_minibatches: int = Field(1, ge=1)
     #: instead of groups of envs: V-trace computed once per pass over the whole batch, then
     #: random minibatches of this many steps (PPO's shape; num_minibatches is then unused).
     #: Many small steps per segment without cutting V-trace's time series short.
     minibatch_size: int | None = Field(None, ge=2)
-    #: scale policy-gradient advantages to unit variance per batch (not in the paper: it makes
-    #: the step size independent of the reward scale)
-    norm_adv: bool = True
-    ent_coef: float = Field(0.01, ge=0.0)
-    vf_coef: float = Field(0.5, ge=0.0)
-    max_grad_norm: float | None = Field(0.5, gt=0.0)
     #: APPO: the policy term becomes PPO's clipped surrogate on the ratio pi/mu to the behaviour
     #: policy, with V-trace's advantages; None: IMPALA's plain importance-weighted policy gradient
     clip_coef: float | None = Field(None, gt=0.0)
     #: segments from a policy more than this many versions old are dropped; None: V-trace
     #: corrects any lag, nothing is dropped
     max_policy_lag: int | None = Field(None, ge=0)
-    #: normalize observations by their running mean and std (CleanRL's NormalizeObservation)
-    normalize_obs: bool = False
-    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
-    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
-    #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
-    #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
-    #: Workers must be able to import the module
-    encoder: EncoderSpec = None
     #: ``{kind: lstm|gru, hidden: N, burn_in: K}``: a recurrent core between trunk (after the image or
     #: own encoder) and heads, Discrete or Box actions; V-trace runs over each segment with values and
     #: log-probabilities from unrolling every env sequence from the chunk's state0 (recomputed from the
@@ -146,7 +116,6 @@ class IMPALA(SegmentActorCritic, Algorithm):
             raise ValueError("IMPALA: recurrent trains on whole env sequences (num_minibatches groups of envs); "
                              "minibatch_size (single steps) does not apply")
         self._init_actor_critic(obs_space, action_space, seed)
-        self.late_segments_used = 0  # trained on at staleness >= 1, under V-trace's correction
         self.max_lag_used = 0  # the largest policy lag trained on
 
     # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
@@ -219,13 +188,9 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     def learn(self) -> dict[str, float]:
         c = self.config
-        if self.optimizer is None:
-            self._make_optimizer()
-        segments, versions = self._take_batch()
+        segments, lags = self._take_batch()
         if self.recurrent:
             segments = [with_start_state(self, seg) for seg in segments]
-        lags = [self.updates - v for v in versions]
-        self.late_segments_used += sum(1 for lag in lags if lag > 0)
         self.max_lag_used = max([self.max_lag_used, *lags])
         if c.minibatch_size is None:
             n_mb = min(c.num_minibatches, *(seg["rewards"].shape[1] for seg in segments))
@@ -254,11 +219,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     def _step(self, loss_and_stats: tuple[torch.Tensor, dict]) -> dict:
         loss, stats = loss_and_stats
-        self.optimizer.zero_grad()
-        loss.backward()
-        if self.config.max_grad_norm is not None:
-            clip_grad_norm(self.params, self.config.max_grad_norm)
-        self.optimizer.step()
+        self.optimizer.minimize(loss, self.config.max_grad_norm)
         return stats
 
     def _reevaluate(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -270,42 +231,3 @@ class IMPALA(SegmentActorCritic, Algorithm):
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
                 "max_lag_used": self.max_lag_used}
-
-    # ---- checkpoints ---------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Network, optimizer, counters, RNG and normalization statistics. Segments collected for
-        the next batch are not saved: a resumed run gathers fresh ones."""
-        if self.optimizer is None:
-            self._make_optimizer()
-        return {
-            "net": snapshot(self.net),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "counters": self.counters(),
-            "rng": self.rng.bit_generator.state,
-            **self._statistics_state(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
-        self._make_optimizer()
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
-        self.dropped_segments = int(state["counters"]["dropped_segments"])
-        self.late_segments_used = int(state["counters"]["late_segments_used"])
-        self.max_lag_used = int(state["counters"]["max_lag_used"])
-        self.rng.bit_generator.state = state["rng"]
-        self._load_statistics_state(state)
-        self.segments, self.segment_versions = [], []
-
-    # ---- export ------------------------------------------------------------------------
-    def policy_module(self) -> torch.nn.Module:
-        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor; with
-        ``recurrent``, ``forward(obs, state) -> (action, new_state)`` (see recurrent_policy.py)."""
-        if self.recurrent:
-            from tianji_dask.algos.recurrent_policy import recurrent_policy
-
-            return recurrent_policy(self)
-        from tianji_dask.algos.policy import actor_critic_policy
-
-        return actor_critic_policy(self)

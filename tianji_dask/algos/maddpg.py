@@ -24,15 +24,9 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.models import (
-    Adam,
-    PerAgentMLP,
-    clip_grad_norm,
-    load_weights,
-    seeded_init,
-    snapshot,
-    weights_of,
-)
+from tianji_dask.algos.models import PerAgentMLP
+from tianji_dask.algos.optim import Adam
+from tianji_dask.algos.weights import load_weights, seeded_init, snapshot, weights_of
 from tianji_dask.algos.replay_buffer import ReplayBuffer, ReplayPacing, nstep_transitions
 
 
@@ -168,11 +162,7 @@ class MADDPG(ReplayPacing, Algorithm):
             y = rewards + discounts * q_next
         q = self.critic(torch.cat([seen_obs, actions.flatten(1).expand(n, -1, -1)], dim=2)).squeeze(2)  # (n, B)
         critic_loss = F.mse_loss(q, y, reduction="none").mean(dim=1).sum()  # each critic its own mean
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        if c.max_grad_norm is not None:
-            clip_grad_norm(self.critic_optimizer.params, c.max_grad_norm)
-        self.critic_optimizer.step()
+        self.critic_optimizer.minimize(critic_loss, c.max_grad_norm)
 
         # actor i: maximise Q_i with its own action a straight-through Gumbel-softmax sample of its
         # logits and the other agents' actions as replayed
@@ -185,11 +175,7 @@ class MADDPG(ReplayPacing, Algorithm):
         q_pi = self.critic(torch.cat([seen_obs, mixed], dim=2)).squeeze(2)
         self.critic.requires_grad_(True)
         actor_loss = -q_pi.mean(dim=1).sum() + c.logits_penalty * logits.pow(2).mean(dim=(1, 2)).sum()
-        self.actor_optimizer.zero_grad()
-        actor_loss.backward()
-        if c.max_grad_norm is not None:
-            clip_grad_norm(self.actor_optimizer.params, c.max_grad_norm)
-        self.actor_optimizer.step()
+        self.actor_optimizer.minimize(actor_loss, c.max_grad_norm)
 
         self.update_targets()
         self.updates += 1

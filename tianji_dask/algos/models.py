@@ -1,4 +1,6 @@
-"""Networks for the algorithms: a Q-network (optionally dueling) and an actor-critic.
+"""Networks for the algorithms: a Q-network (optionally dueling), an actor-critic, per-agent MLPs,
+and the numpy inference the explorers act with. The optimizer is in ``optim.py``, moving weights
+about in ``weights.py``.
 
 Flat Box observations go through an MLP; image observations (3-d uint8 or bool Boxes) through a
 convolutional encoder first: the Nature-DQN one for frames such as Atari's stacked 84x84 uint8
@@ -89,6 +91,40 @@ class NumpyMLP:
         return x
 
 
+class NumpyViews:
+    """What a network that acts in numpy (``NumpyMLP``) on zero-copy views of its parameters
+    needs, before ``nn.Module`` among its bases: the views made on first use (``views``), made
+    anew after ``.to(device)`` and friends replace the parameters, and never pickled (a pickle
+    would copy them, detached from the parameters). ``in_torch``: whether to act through torch
+    instead (convolutions or an own encoder, or weights off the CPU)."""
+
+    _np = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_np": None}
+
+    def _apply(self, *args, **kwargs):
+        self._np = None
+        return super()._apply(*args, **kwargs)
+
+    def views(self, build):
+        """The numpy views ``build()`` makes, made once."""
+        if self._np is None:
+            self._np = build()
+        return self._np
+
+    @staticmethod
+    def in_torch(encoder, weight: torch.Tensor) -> bool:
+        return encoder is not None or weight.device.type != "cpu"
+
+    @staticmethod
+    def torch_acting(fn, obs: np.ndarray, device):
+        """``fn`` on ``obs`` through torch, without gradients; numpy out (each of a tuple)."""
+        with torch.no_grad():
+            out = fn(torch.from_numpy(obs).to(device))
+        return tuple(o.cpu().numpy() for o in out) if isinstance(out, tuple) else out.cpu().numpy()
+
+
 def as_batch(obs) -> np.ndarray:
     """Observations as a float32 [B, obs_dim] array (no copy when they already are)."""
     obs = np.asarray(obs, dtype=np.float32)
@@ -111,7 +147,7 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator, greedy: boo
     return actions, logp.astype(np.float32, copy=False)
 
 
-class QNetwork(nn.Module):
+class QNetwork(NumpyViews, nn.Module):
     """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
 
     def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
@@ -121,7 +157,6 @@ class QNetwork(nn.Module):
         self.trunk = mlp(in_dim, hidden, activation)
         width = hidden[-1] if hidden else in_dim
         self.dueling = dueling
-        self._np = None  # numpy views for numpy_forward, made on first use
         if dueling:
             self.value = nn.Linear(width, 1)
             self.advantage = nn.Linear(width, n_actions)
@@ -135,37 +170,20 @@ class QNetwork(nn.Module):
             return F.linear(h, self.value.weight, self.value.bias) + adv - adv.mean(dim=1, keepdim=True)
         return F.linear(h, self.head.weight, self.head.bias)
 
-    def __getstate__(self):
-        # numpy views would be pickled as copies, detached from the parameters: rebuild them
-        return {**self.__dict__, "_np": None}
-
-    def _apply(self, *args, **kwargs):
-        self._np = None  # .to(device) and friends replace the parameters the views read
-        return super()._apply(*args, **kwargs)
-
     def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
         """``forward`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
-        if self._np is None:
-            device = next(self.parameters()).device
-            if self.encoder is not None or device.type != "cpu":  # convolutions, or weights off the CPU: torch
-                self._np = device
-        if isinstance(self._np, torch.device):
-            with torch.no_grad():
-                return self.forward(torch.from_numpy(np.ascontiguousarray(obs)).to(self._np)).cpu().numpy()
-        if self._np is None:
-            if self.dueling:
-                self._np = (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage))
-            else:
-                self._np = (NumpyMLP(self.trunk, self.head),)
+        weight = (self.advantage if self.dueling else self.head).weight
+        if self.in_torch(self.encoder, weight):
+            return self.torch_acting(self.forward, np.ascontiguousarray(obs), weight.device)
         if not self.dueling:
-            return self._np[0](as_batch(obs))
-        trunk, value, advantage = self._np
+            return self.views(lambda: NumpyMLP(self.trunk, self.head))(as_batch(obs))
+        trunk, value, advantage = self.views(lambda: (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage)))
         h = trunk(as_batch(obs))
         adv = advantage(h)
         return value(h) + adv - adv.mean(axis=1, keepdims=True)
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(NumpyViews, nn.Module):
     """Categorical policy logits and state values, with separate trunks (CleanRL's default) or a
     shared one. Orthogonal init: hidden gain sqrt(2), policy head 0.01, value head 1."""
 
@@ -176,7 +194,6 @@ class ActorCritic(nn.Module):
         self.critic_encoder = None if shared else encoder(obs_dim, ortho=True)[0]
         width = hidden[-1] if hidden else in_dim
         self.shared = shared
-        self._np_actor = None  # numpy views for numpy_logits, made on first use
         self.actor_trunk = mlp(in_dim, hidden, activation, ortho=True)
         self.critic_trunk = None if shared else mlp(in_dim, hidden, activation, ortho=True)
         self.actor_head = layer_init(nn.Linear(width, n_actions), gain=0.01)
@@ -186,26 +203,11 @@ class ActorCritic(nn.Module):
         h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
         return F.linear(h, self.actor_head.weight, self.actor_head.bias)
 
-    def __getstate__(self):
-        # numpy views would be pickled as copies, detached from the parameters: rebuild them
-        return {**self.__dict__, "_np_actor": None}
-
-    def _apply(self, *args, **kwargs):
-        self._np_actor = None  # .to(device) and friends replace the parameters the views read
-        return super()._apply(*args, **kwargs)
-
     def numpy_logits(self, obs: np.ndarray) -> np.ndarray:
         """``logits`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
-        if self._np_actor is None:
-            device = self.actor_head.weight.device
-            if self.actor_encoder is not None or device.type != "cpu":  # convolutions, or weights off the CPU: torch
-                self._np_actor = device
-        if isinstance(self._np_actor, torch.device):
-            with torch.no_grad():
-                return self.logits(torch.from_numpy(np.ascontiguousarray(obs)).to(self._np_actor)).cpu().numpy()
-        if self._np_actor is None:
-            self._np_actor = NumpyMLP(self.actor_trunk, self.actor_head)
-        return self._np_actor(as_batch(obs))
+        if self.in_torch(self.actor_encoder, self.actor_head.weight):
+            return self.torch_acting(self.logits, np.ascontiguousarray(obs), self.actor_head.weight.device)
+        return self.views(lambda: NumpyMLP(self.actor_trunk, self.actor_head))(as_batch(obs))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         if self.shared:
@@ -233,123 +235,7 @@ class ActorCritic(nn.Module):
         return logprob, -(logp_all.exp() * logp_all).sum(1), value
 
 
-class Adam:
-    """Adam, as torch.optim.Adam with its default options (no weight decay, no amsgrad).
-
-    Written out because constructing any torch.optim optimizer imports torch._dynamo on first
-    use, which costs seconds of start-up: a large share of a CartPole run's time to solve. The
-    step is torch's fused Adam kernel (what ``torch.optim.Adam(fused=True)`` calls: one pass over
-    every parameter) rather than seven multi-tensor ops, each a loop over the tensors on a CPU;
-    where that kernel is missing, or the parameters are of more than one device or
-    dtype, the same update in a handful of multi-tensor ops.
-    """
-
-    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.betas, self.eps = float(lr), betas, float(eps)
-        self.steps = 0
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        # the fused kernel's step counter (the optimizer is made once the parameters are on their
-        # device); None: the multi-tensor ops
-        self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if self._fusable() else None
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    def _fusable(self) -> bool:
-        if not self.params or not hasattr(torch, "_fused_adam_"):
-            return False
-        first = self.params[0]
-        return (first.device.type in ("cpu", "cuda") and first.dtype in (torch.float32, torch.float64)
-                and all(p.device == first.device and p.dtype == first.dtype for p in self.params))
-
-    @torch.no_grad()
-    def step(self) -> None:
-        beta1, beta2 = self.betas
-        self.steps += 1
-        grads = [p.grad for p in self.params]
-        if self._step_count is not None:
-            self._step_count.fill_(self.steps)  # read, never written, by the kernel: one counter for every parameter
-            torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], [self._step_count] * len(self.params),
-                               lr=self.lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps,
-                               amsgrad=False, maximize=False)
-            return
-        torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
-        torch._foreach_mul_(self.exp_avg_sq, beta2)
-        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - beta2)
-        bias_correction1 = 1 - beta1**self.steps
-        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
-        denom = torch._foreach_sqrt(self.exp_avg_sq)
-        torch._foreach_div_(denom, bias_correction2_sqrt)
-        torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(self.params, self.exp_avg, denom, -self.lr / bias_correction1)
-
-    def state_dict(self) -> dict:
-        return {"steps": self.steps, "lr": self.lr, "betas": tuple(self.betas), "eps": self.eps,
-                "exp_avg": [t.clone() for t in self.exp_avg], "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["exp_avg"]) != len(self.params):
-            raise ValueError("optimizer state does not match the parameters")
-        # the moments and the step count are state; lr, betas and eps stay as configured, so a run
-        # resumed (or a PBT member that took another's checkpoint) with new settings trains with them
-        self.steps = int(state["steps"])
-        with torch.no_grad():
-            torch._foreach_copy_(self.exp_avg, state["exp_avg"])
-            torch._foreach_copy_(self.exp_avg_sq, state["exp_avg_sq"])
-
-
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale gradients in place so their global L2 norm is at most ``max_norm``; returns the
-    norm before clipping. Same result as torch.nn.utils.clip_grad_norm_, with fewer ops."""
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
-    return total
-
-
-def seeded_init(seed: int, build):
-    """Call ``build()`` with torch's global RNG seeded, restoring that RNG afterwards, so that
-    making an algorithm neither depends on nor disturbs anyone else's random stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
-
-
-def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
-    """A state dict that later updates of ``module`` don't change (state_dict() shares storage)."""
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
-def weights_of(module: nn.Module, keys=None) -> dict[str, np.ndarray]:
-    """Parameters and buffers (all, or those named in ``keys``) as independent CPU float32
-    numpy arrays."""
-    state = module.state_dict()
-    keys = state.keys() if keys is None else keys
-    return {k: state[k].detach().to("cpu", torch.float32).numpy().copy() for k in keys}
-
-
-def load_weights(module: nn.Module, weights: dict[str, np.ndarray], keys=None) -> None:
-    """Copy a ``weights_of`` dict into ``module`` in place; it must hold exactly ``keys`` (default:
-    every entry of the module's state dict), with matching shapes."""
-    state = module.state_dict()
-    expected = set(state.keys() if keys is None else keys)
-    missing = expected - weights.keys()
-    extra = weights.keys() - expected
-    if missing or extra:
-        raise ValueError(f"weights do not match the network: missing {sorted(missing)}, unexpected {sorted(extra)}")
-    with torch.no_grad():
-        for k in expected:
-            v = state[k]
-            src = torch.as_tensor(np.asarray(weights[k]))
-            if src.shape != v.shape:
-                raise ValueError(f"weights[{k!r}]: shape {tuple(src.shape)} != {tuple(v.shape)}")
-            v.copy_(src)
-
-
-class PerAgentMLP(nn.Module):
+class PerAgentMLP(NumpyViews, nn.Module):
     """One independent MLP per agent, all evaluated together by batched matrix products: input
     (n_agents, B, in_dim) -> output (n_agents, B, out_dim). Layers are initialised as nn.Linear's
     default; the output layer's weights are scaled by ``out_gain`` (small: near-uniform logits)."""
@@ -367,7 +253,6 @@ class PerAgentMLP(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(n_agents, 1, fan_out).uniform_(-bound, bound)))
         with torch.no_grad():
             self.weights[-1].mul_(out_gain)
-        self._np = None  # numpy views for numpy_forward, made on first use
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = torch.relu if self.activation == "relu" else torch.tanh
@@ -378,16 +263,11 @@ class PerAgentMLP(nn.Module):
                 x = act(x)
         return x
 
-    def __getstate__(self):
-        # numpy views would be pickled as copies, detached from the parameters: rebuild them
-        return {**self.__dict__, "_np": None}
-
     def numpy_forward(self, x: np.ndarray) -> np.ndarray:
         """``forward`` in numpy on zero-copy views of the parameters, for acting."""
-        if self._np is None:
-            self._np = [(w.detach().numpy(), b.detach().numpy()) for w, b in zip(self.weights, self.biases)]
-        last = len(self._np) - 1
-        for i, (w, b) in enumerate(self._np):
+        layers = self.views(lambda: [(w.detach().numpy(), b.detach().numpy()) for w, b in zip(self.weights, self.biases)])
+        last = len(layers) - 1
+        for i, (w, b) in enumerate(layers):
             x = np.matmul(x, w) + b
             if i < last:
                 x = np.maximum(x, 0.0, out=x) if self.activation == "relu" else np.tanh(x, out=x)

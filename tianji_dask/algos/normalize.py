@@ -124,6 +124,19 @@ def split_weights(weights: dict[str, np.ndarray]) -> tuple[dict, dict]:
     return {k: v for k, v in weights.items() if k not in stats}, stats
 
 
+def load_policy_weights(weights: dict[str, np.ndarray], module, obs_norm: ObsNormalizer | None, keys=None) -> None:
+    """A ``get_weights`` dict into the acting network ``module`` (its ``keys``; all by default)
+    and, with normalization on, the statistics it acts with; ValueError when they disagree."""
+    from tianji_dask.algos.weights import load_weights
+
+    net_weights, stats = split_weights(weights)
+    load_weights(module, net_weights, keys)
+    if bool(stats) != (obs_norm is not None):
+        raise ValueError(f"weights do not match normalize_obs={obs_norm is not None}: statistics {sorted(stats)}")
+    if obs_norm is not None:
+        obs_norm.load_weights(stats)
+
+
 class RewardScaler:
     """Rewards divided by the running std of a discounted return, clipped to [-CLIP, CLIP]
     (gymnasium's NormalizeReward, then CleanRL's clip). The return is kept per explorer stream

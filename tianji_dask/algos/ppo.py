@@ -20,64 +20,36 @@ observation normalization and reward scaling, kept by the learner (see ``normali
 
 from __future__ import annotations
 
-from typing import Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from tianji_dask.algos.base import AlgoConfig, Algorithm
-from tianji_dask.algos.encoders import EncoderSpec
-from tianji_dask.algos.models import clip_grad_norm, snapshot
+from tianji_dask.algos.base import Algorithm
 from tianji_dask.algos.normalize import RewardScaler
 from tianji_dask.algos.recurrent import RecurrentSpec
 from tianji_dask.algos.recurrent_ppo import sequence_batch, sequence_update
-from tianji_dask.algos.segments import SegmentActorCritic
+from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig
 from tianji_dask.chunk import extras
 
 
-class PPOConfig(AlgoConfig):
+class PPOConfig(SegmentConfig):
     """Defaults are tuned for wall-clock time to solve CartPole-v1 on a small CPU, with batches of
     about 2048 env steps (e.g. 32 envs x 64 steps in one segment, or 2 segments of 16 x 64): a
     large learning rate and few, small-minibatch epochs. Harder tasks want a lower ``lr``, more
     epochs and larger batches."""
 
-    hidden: tuple[int, ...] = (64, 64)
-    #: relu: tanh costs several times as much per element on CPU
-    activation: Literal["relu", "tanh"] = "relu"
-    #: one trunk for actor and critic (otherwise two, as in CleanRL)
-    shared_trunk: bool = False
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
     gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
     lr: float = Field(5e-3, gt=0.0)
-    adam_eps: float = Field(1e-5, gt=0.0)
-    #: chunks (segments) per batch: one learn() trains on at least this many
-    segments_per_batch: int = Field(1, ge=1)
-    #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
-    #: batches instead of falling behind its explorers; null: exactly segments_per_batch
-    max_segments_per_batch: int | None = Field(None, ge=1)
-    update_epochs: int = Field(2, ge=1)
     num_minibatches: int = Field(8, ge=1)
     clip_coef: float = Field(0.2, gt=0.0)
     #: CleanRL's clipped value loss; off: with unnormalised returns (tens to hundreds) it keeps
     #: the critic within clip_coef of its old values and slows learning
     clip_vloss: bool = False
-    ent_coef: float = Field(0.01, ge=0.0)
-    vf_coef: float = Field(0.5, ge=0.0)
-    max_grad_norm: float | None = Field(0.5, gt=0.0)
-    norm_adv: bool = True
     #: segments from a policy more than this many versions old are dropped
     max_policy_lag: int = Field(1, ge=0)
-    #: normalize observations by their running mean and std (CleanRL's NormalizeObservation; MuJoCo)
-    normalize_obs: bool = False
     #: divide rewards by the running std of a discounted return (CleanRL's NormalizeReward; MuJoCo)
     normalize_reward: bool = False
-    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
-    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
-    #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
-    #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
-    #: Workers must be able to import the module
-    encoder: EncoderSpec = None
     #: ``{kind: lstm|gru, hidden: N, burn_in: K}``: a recurrent core between trunk (after the image or
     #: own encoder) and heads, Discrete or Box actions; updates unroll whole env sequences from each
     #: chunk's state0 (truncated BPTT over the segment), recomputed from the K steps before it with
@@ -116,7 +88,6 @@ class PPO(SegmentActorCritic, Algorithm):
         self._init_actor_critic(obs_space, action_space, seed)
         if config.normalize_reward:
             self.reward_scale = RewardScaler(config.gamma)
-        self.late_segments_used = 0  # trained on at staleness >= 1 under the clipped objective
 
     # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
     def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
@@ -191,10 +162,7 @@ class PPO(SegmentActorCritic, Algorithm):
 
     def learn(self) -> dict[str, float]:
         c = self.config
-        if self.optimizer is None:
-            self._make_optimizer()
-        segments, versions = self._take_batch()
-        self.late_segments_used += sum(1 for v in versions if v < self.updates)
+        segments, _ = self._take_batch()
         if self.recurrent:
             return self._learn_sequences(segments)
         batch = self.build_batch(segments)
@@ -208,11 +176,7 @@ class PPO(SegmentActorCritic, Algorithm):
             for mb_slice in self._slices(B, n_mb):
                 mb = {k: v[mb_slice] for k, v in shuffled.items()}
                 loss, stats = self.loss(mb, with_stats=last_epoch)
-                self.optimizer.zero_grad()
-                loss.backward()
-                if c.max_grad_norm is not None:
-                    clip_grad_norm(self.params, c.max_grad_norm)
-                self.optimizer.step()
+                self.optimizer.minimize(loss, c.max_grad_norm)
                 for k, v in stats.items():  # reported: means over the last epoch
                     totals[k] = totals[k] + v if k in totals else v
         return self._finish_update(totals, n_mb, B, len(segments))
@@ -220,7 +184,7 @@ class PPO(SegmentActorCritic, Algorithm):
     def _learn_sequences(self, segments: list[dict]) -> dict[str, float]:
         """``learn`` of a recurrent policy: minibatches of whole env sequences (recurrent.py)."""
         batch = sequence_batch(self, segments, gae)
-        totals, n_mb = sequence_update(self, batch, clip_grad_norm)
+        totals, n_mb = sequence_update(self, batch)
         B = int(batch["valid"].sum())
         return self._finish_update(totals, n_mb, B, len(segments))
 
@@ -237,40 +201,3 @@ class PPO(SegmentActorCritic, Algorithm):
 
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used}
-
-    # ---- checkpoints ---------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Network, optimizer, counters, RNG and normalization statistics. Segments collected for
-        the next batch are not saved: after a resume they would be stale anyway."""
-        if self.optimizer is None:
-            self._make_optimizer()
-        return {
-            "net": snapshot(self.net),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "dropped_segments": self.dropped_segments,
-            "rng": self.rng.bit_generator.state,
-            **self._statistics_state(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.net.load_state_dict(state["net"])
-        self._make_optimizer()
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
-        self.dropped_segments = int(state["dropped_segments"])
-        self.rng.bit_generator.state = state["rng"]
-        self._load_statistics_state(state)
-        self.segments, self.segment_versions = [], []
-
-    # ---- export ------------------------------------------------------------------------
-    def policy_module(self) -> torch.nn.Module:
-        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor; with
-        ``recurrent``, ``forward(obs, state) -> (action, new_state)`` (see recurrent_policy.py)."""
-        if self.recurrent:
-            from tianji_dask.algos.recurrent_policy import recurrent_policy
-
-            return recurrent_policy(self)
-        from tianji_dask.algos.policy import actor_critic_policy
-
-        return actor_critic_policy(self)

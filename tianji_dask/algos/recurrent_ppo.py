@@ -70,7 +70,7 @@ def sequence_loss(algo, mb: dict[str, torch.Tensor], with_stats: bool):
     return loss, stats
 
 
-def sequence_update(algo, batch: dict[str, torch.Tensor], clip_grad_norm) -> tuple[dict[str, torch.Tensor], int]:
+def sequence_update(algo, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
     """All epochs x minibatches of whole sequences (shuffled each epoch); (summed last-epoch
     statistics, minibatches per epoch)."""
     c = algo.config
@@ -84,11 +84,7 @@ def sequence_update(algo, batch: dict[str, torch.Tensor], clip_grad_norm) -> tup
             idx = perm[sl]
             mb = {k: (v[idx] if k == "state0" else v[:, idx]) for k, v in batch.items()}
             loss, stats = sequence_loss(algo, mb, with_stats=last)
-            algo.optimizer.zero_grad()
-            loss.backward()
-            if c.max_grad_norm is not None:
-                clip_grad_norm(algo.params, c.max_grad_norm)
-            algo.optimizer.step()
+            algo.optimizer.minimize(loss, c.max_grad_norm)
             for k, v in stats.items():
                 totals[k] = totals[k] + v if k in totals else v
     return totals, n_mb

@@ -28,15 +28,9 @@ from tianji_dask.algos.gaussian import (
     SquashedGaussianActor,
     check_box_spaces,
 )
-from tianji_dask.algos.models import (
-    Adam,
-    clip_grad_norm,
-    load_weights,
-    seeded_init,
-    snapshot,
-    weights_of,
-)
-from tianji_dask.algos.normalize import ObsNormalizer, split_weights
+from tianji_dask.algos.optim import Adam
+from tianji_dask.algos.weights import seeded_init, snapshot, weights_of
+from tianji_dask.algos.normalize import ObsNormalizer, load_policy_weights
 from tianji_dask.algos.replay_buffer import ReplayBuffer, ReplayPacing, nstep_transitions
 
 
@@ -170,12 +164,7 @@ class SAC(ReplayPacing, Algorithm):
         return weights
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        net_weights, stats = split_weights(weights)
-        load_weights(self.actor, net_weights)
-        if bool(stats) != (self.obs_norm is not None):
-            raise ValueError(f"weights do not match normalize_obs={self.obs_norm is not None}: statistics {sorted(stats)}")
-        if self.obs_norm is not None:
-            self.obs_norm.load_weights(stats)
+        load_policy_weights(weights, self.actor, self.obs_norm)
 
     def _obs(self, obs: np.ndarray) -> np.ndarray:
         return obs if self.obs_norm is None else self.obs_norm(obs)
@@ -225,13 +214,6 @@ class SAC(ReplayPacing, Algorithm):
     def _noise(self, n: int) -> torch.Tensor:
         return torch.from_numpy(self.noise_rng.standard_normal((n, self.action_dim), dtype=np.float32)).to(self.device)
 
-    def _step(self, optimizer: Adam, loss: torch.Tensor) -> None:
-        optimizer.zero_grad()
-        loss.backward()
-        if self.config.max_grad_norm is not None:
-            clip_grad_norm(optimizer.params, self.config.max_grad_norm)
-        optimizer.step()
-
     def learn(self) -> dict[str, float]:
         c = self.config
         if self.q_optimizer is None:
@@ -243,19 +225,19 @@ class SAC(ReplayPacing, Algorithm):
         b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()
 
         critic_loss, q1, target = self.critic_loss(b, self._noise(c.batch_size))
-        self._step(self.q_optimizer, critic_loss)
+        self.q_optimizer.minimize(critic_loss, c.max_grad_norm)
 
         if self.updates % c.policy_frequency == 0:
             # delayed, but as many actor steps as critic steps (CleanRL, after TD3)
             for _ in range(c.policy_frequency):
                 actor_loss, log_pi = self.actor_loss(b["obs"], self._noise(c.batch_size))
-                self._step(self.actor_optimizer, actor_loss)
+                self.actor_optimizer.minimize(actor_loss, c.max_grad_norm)
                 self.actor_stats = {"actor_loss": actor_loss.item(), "entropy": -log_pi.detach().mean().item()}
                 if c.autotune:
                     with torch.no_grad():  # the entropy of the actor just updated
                         _, log_pi = self.actor.sample(b["obs"], self._noise(c.batch_size))
                     alpha_loss = self.alpha_loss(log_pi)
-                    self._step(self.alpha_optimizer, alpha_loss)
+                    self.alpha_optimizer.minimize(alpha_loss, c.max_grad_norm)
                     self.actor_stats["alpha_loss"] = alpha_loss.item()
 
         self.update_targets()

@@ -5,28 +5,61 @@ Dask."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import gymnasium as gym
 import numpy as np
 import torch
+from pydantic import Field
 
-from tianji_dask.algos.encoders import network_input
+from tianji_dask.algos.base import AlgoConfig
+from tianji_dask.algos.encoders import EncoderSpec, network_input
 from tianji_dask.algos.gaussian import (
     GaussianActorCritic,
     check_box_spaces,
     sample_gaussian,
 )
-from tianji_dask.algos.models import (
-    ActorCritic,
-    Adam,
-    check_spaces,
-    load_weights,
-    sample_categorical,
-    seeded_init,
-    weights_of,
-)
-from tianji_dask.algos.normalize import ObsNormalizer, split_weights
+from tianji_dask.algos.models import ActorCritic, check_spaces, sample_categorical
+from tianji_dask.algos.optim import Adam
+from tianji_dask.algos.weights import seeded_init, snapshot, weights_of
+from tianji_dask.algos.normalize import ObsNormalizer, load_policy_weights
 from tianji_dask.algos.recurrent import RecurrentActorCritic, frames
 from tianji_dask.chunk import extras
+
+
+class SegmentConfig(AlgoConfig):
+    """What PPO's and IMPALA's hyperparameters share: the actor-critic, its optimizer, the batch of
+    segments, the update's passes and terms, normalization and your own encoder."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    #: relu: tanh costs several times as much per element on CPU
+    activation: Literal["relu", "tanh"] = "relu"
+    #: one trunk for actor and critic (otherwise two, as in CleanRL)
+    shared_trunk: bool = False
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    adam_eps: float = Field(1e-5, gt=0.0)
+    #: chunks (segments) per batch: one learn() trains on at least this many
+    segments_per_batch: int = Field(1, ge=1)
+    #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
+    #: batches instead of falling behind its explorers; null: exactly segments_per_batch
+    max_segments_per_batch: int | None = Field(None, ge=1)
+    #: passes over the batch (IMPALA: each shuffles the envs into ``num_minibatches`` groups and takes
+    #: one gradient step per group, with V-trace recomputed under the current policy)
+    update_epochs: int = Field(2, ge=1)
+    ent_coef: float = Field(0.01, ge=0.0)
+    vf_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float | None = Field(0.5, gt=0.0)
+    #: scale advantages to unit variance per minibatch (PPO) or batch (IMPALA; not in its paper: it
+    #: makes the step size independent of the reward scale)
+    norm_adv: bool = True
+    #: normalize observations by their running mean and std (CleanRL's NormalizeObservation; MuJoCo)
+    normalize_obs: bool = False
+    #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
+    #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
+    #: Workers must be able to import the module
+    encoder: EncoderSpec = None
 
 
 class SegmentActorCritic:
@@ -73,6 +106,7 @@ class SegmentActorCritic:
         self.segment_versions: list[int] = []  # their behaviour versions, in our counting
         self.updates = 0
         self.dropped_segments = 0  # beyond max_policy_lag
+        self.late_segments_used = 0  # trained on at staleness >= 1 (the clipped objective's or V-trace's correction)
 
     # ---- explorer side -------------------------------------------------------------------
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -121,12 +155,7 @@ class SegmentActorCritic:
         return weights
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        net_weights, stats = split_weights(weights)
-        load_weights(self.net, net_weights, self.actor_keys)
-        if bool(stats) != (self.obs_norm is not None):
-            raise ValueError(f"weights do not match normalize_obs={self.obs_norm is not None}: statistics {sorted(stats)}")
-        if self.obs_norm is not None:
-            self.obs_norm.load_weights(stats)
+        load_policy_weights(weights, self.net, self.obs_norm, self.actor_keys)
 
     def _obs(self, obs: np.ndarray) -> np.ndarray:
         """Observations as the networks see them: normalized with the statistics in use, if on."""
@@ -167,12 +196,17 @@ class SegmentActorCritic:
         return max(self.config.max_segments_per_batch or 0, self.config.segments_per_batch)
 
     def _take_batch(self) -> tuple[list[dict], list[int]]:
-        """The segments of the next update, oldest first, and their behaviour versions: at least
-        segments_per_batch, up to max_segments_per_batch of those waiting."""
+        """The segments of the next update, oldest first, and their policy lags (versions behind
+        the learner): at least segments_per_batch, up to max_segments_per_batch of those waiting.
+        The optimizer is made here, on the learner's first update."""
+        if self.optimizer is None:
+            self._make_optimizer()
         n_seg = min(len(self.segments), self._max_segments())
         segments, self.segments = self.segments[:n_seg], self.segments[n_seg:]
         versions, self.segment_versions = self.segment_versions[:n_seg], self.segment_versions[n_seg:]
-        return segments, versions
+        lags = [self.updates - v for v in versions]
+        self.late_segments_used += sum(1 for lag in lags if lag > 0)
+        return segments, lags
 
     def chunks_per_update(self) -> int:
         """Chunks one update needs: segments_per_batch."""
@@ -205,3 +239,44 @@ class SegmentActorCritic:
         for name, stats in (("obs_norm", self.obs_norm), ("reward_scale", self.reward_scale)):
             if stats is not None:
                 stats.load_state_dict(state[name])
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Network, optimizer, counters, RNG and normalization statistics. Segments collected for
+        the next batch are not saved: after a resume they would be stale anyway."""
+        if self.optimizer is None:
+            self._make_optimizer()
+        return {
+            "net": snapshot(self.net),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "counters": self.counters(),
+            "rng": self.rng.bit_generator.state,
+            **self._statistics_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self._make_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        # PPO's checkpoints before its counters were kept together hold dropped_segments alone
+        counters = state.get("counters") or {"dropped_segments": state["dropped_segments"]}
+        for name in self.counters():
+            if name in counters:
+                setattr(self, name, int(counters[name]))
+        self.rng.bit_generator.state = state["rng"]
+        self._load_statistics_state(state)
+        self.segments, self.segment_versions = [], []
+
+    # ---- export ------------------------------------------------------------------------
+    def policy_module(self) -> torch.nn.Module:
+        """The most likely action (Discrete) or the clipped mean (Box) of a copy of the actor; with
+        ``recurrent``, ``forward(obs, state) -> (action, new_state)`` (see recurrent_policy.py)."""
+        if self.recurrent:
+            from tianji_dask.algos.recurrent_policy import recurrent_policy
+
+            return recurrent_policy(self)
+        from tianji_dask.algos.policy import actor_critic_policy
+
+        return actor_critic_policy(self)

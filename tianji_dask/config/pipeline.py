@@ -1,7 +1,6 @@
-"""The pipeline: its sections together, validated from YAML; loading, overrides and the resolved YAML.
-
-Every error a user can cause here becomes one ``PipelineError`` line naming the field and what
-is allowed; the CLI prints it and exits 2 before anything starts or is written.
+"""The pipeline: its sections (``sections.py``) together and the rules between them, validated from
+YAML; loading, overrides and the resolved YAML. What a user gets wrong is one ``PipelineError``
+line, as in the sections.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ def prepare_torch(threads: int) -> None:
 
     Note for algorithm authors: the first ``step()`` of any ``torch.optim`` optimizer imports
     ``torch._dynamo`` (and sympy), seconds on a small machine, inside the run. The bundled
-    algorithms use a few-op Adam (``algos.models.Adam``) that does not.
+    algorithms use a few-op Adam (``algos.optim.Adam``) that does not.
     """
     import torch
 

@@ -23,7 +23,7 @@ def play_episodes(policy, env, episodes: int, seed: int, explore: dict, on_episo
     rendered frames, from the reset to the step before the last (the env renders ``rgb_array``).
     A recurrent policy (``initial_state(1)`` not None) acts through ``act_recurrent``: each step
     from the state the previous one left, each episode from the initial state."""
-    initial = policy.initial_state(1) if hasattr(policy, "initial_state") else None
+    initial = policy.initial_state(1)
     returns, lengths = [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from tianji_dask.acting import Acting
 from tianji_dask.chunk import make_chunk
 from tianji_dask.envs.burn_in import BurnInHistory
 from tianji_dask.envs.vector import make_vec_env
@@ -53,7 +54,7 @@ class Rollout:
         self.state = None  # a recurrent policy's state per env (see Algorithm.initial_state), made on first run
         self.history = None  # with the policy's burn_in K > 0: its envs' last K steps (see burn_in.py)
 
-    def run(self, policy, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
+    def run(self, policy: Acting, n_steps: int, explore: dict, *, policy_version: int, explorer_id: int) -> dict:
         """Step all envs ``n_steps`` times with ``policy.act`` and return one chunk. The env
         receives ``policy.env_action`` of each action; the chunk keeps the action itself. A
         recurrent policy (``initial_state`` not None) acts through ``act_recurrent`` and its chunk
@@ -69,13 +70,12 @@ class Rollout:
         extra_bufs: dict[str, np.ndarray] = {}
         episodes: list[tuple[float, float, int]] = []
         obs = self.obs
-        # policies outside the Algorithm interface (test doubles) act in the env's own terms
-        env_action = getattr(policy, "env_action", lambda a: a)
-        initial = policy.initial_state(n) if hasattr(policy, "initial_state") else None
+        env_action = policy.env_action
+        initial = policy.initial_state(n)
         if initial is not None and self.state is None:
             self.state = initial.copy()
         state0 = None if initial is None else self.state.copy()
-        burn_in = int(getattr(policy, "burn_in", 0) or 0) if initial is not None else 0
+        burn_in = int(policy.burn_in) if initial is not None else 0
         if burn_in and (self.history is None or self.history.k != burn_in):
             self.history = BurnInHistory(burn_in, obs_buf[0], initial)
         tail = self.history.tail_steps(n_steps) if burn_in else n_steps

@@ -55,8 +55,7 @@ class Policy:
         return state[0] if batch is None else state
 
     def _initial(self, n: int) -> np.ndarray | None:
-        initial = getattr(self.algorithm, "initial_state", None)
-        return None if initial is None else initial(n)
+        return self.algorithm.initial_state(n)
 
     def act(self, obs, deterministic: bool = True, state: np.ndarray | None = None, episode_start=None):
         """The env actions for one observation (shaped as ``observation_space``) or a batch of them:

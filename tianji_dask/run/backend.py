@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tianji_dask.config import Pipeline
+from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask.run import specs
 from tianji_dask.run.checks import Prepared
 
@@ -50,8 +51,6 @@ class Backend(ABC):
     #: when each step of the start was reached (Unix times), beyond the run's own
     startup: dict[str, float]
     dashboard_link: str | None = None
-    #: when the run started on the learners' clock, once the run has seen it (a rebuilt learner keeps it)
-    t_run_start: float | None = None
     client = None
     cluster = None
 
@@ -60,9 +59,10 @@ class Backend(ABC):
         """Build the learners (and what they need) and let them train."""
 
     @abstractmethod
-    def statuses(self, wait_s: float) -> list[dict] | None:
-        """Each learner's live status, after at most ``wait_s`` seconds (at once when all are
-        done); None when a lost learner has just been rebuilt and should be asked again."""
+    def reports(self, wait_s: float) -> list[LearnerReport] | None:
+        """Each learner's report (its live status, whether it is done), after at most ``wait_s``
+        seconds (at once when all are done); None when a lost learner has just been rebuilt and
+        should be asked again."""
 
     @abstractmethod
     def stop(self) -> None:
@@ -113,9 +113,9 @@ class SingleBackend(Backend):
         finally:
             self._done.set()
 
-    def statuses(self, wait_s: float) -> list[dict]:
+    def reports(self, wait_s: float) -> list[LearnerReport]:
         self._done.wait(wait_s)
-        return [{**self._run.status(), "done": self._done.is_set()}]
+        return [LearnerReport(self._run.status(), done=self._done.is_set())]
 
     def stop(self) -> None:
         self._run.stop()

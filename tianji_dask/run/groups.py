@@ -34,7 +34,6 @@ def pool_status(statuses: list[dict], rules: StopRules, stop_reason: str | None)
         "chunks_lost": total("chunks_lost"), "chunks_dropped": total("chunks_dropped"),
         "chunks_in_flight": total("chunks_in_flight"), "window": total("window"),
         "fusions": min(s.get("fusions", 0) for s in statuses),
-        "done": all(s.get("done") for s in statuses),
         "groups": [{k: v for k, v in s.items() if k != "recent_episodes"} for s in statuses],
     }
 

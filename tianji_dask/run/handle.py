@@ -12,15 +12,14 @@ from pathlib import Path
 
 from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
-from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
 from tianji_dask.errors import RunFault
-from tianji_dask.run import specs
+from tianji_dask.run import results_writer, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import check_pipeline
-from tianji_dask.run.groups import groups_stop_reason, pool_results, pool_status
-from tianji_dask.run.startup import process_start_time, startup_results
+from tianji_dask.run.groups import groups_stop_reason, pool_status
+from tianji_dask.run.startup import process_start_time
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
@@ -240,10 +239,15 @@ class Run:
         """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
         if self._backend is None:
             return {"done": False}
-        statuses = self._backend.statuses(0.0)
-        if statuses is None:  # a learner was just rebuilt
+        reports = self._backend.reports(0.0)
+        if reports is None:  # a learner was just rebuilt
             return {"done": False}
-        return pool_status(statuses, self._rules, self._group_stop)
+        return self._pooled(reports)
+
+    def _pooled(self, reports) -> dict:
+        """One status over the learners' reports (group mode pools them), with whether all are done."""
+        status = pool_status([r.status for r in reports], self._rules, self._group_stop)
+        return {**status, "done": all(r.done for r in reports)}
 
     def _cluster_backend(self, what: str):
         from tianji_dask.run.dask_backend import DaskBackend
@@ -295,19 +299,17 @@ class Run:
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
-            statuses = backend.statuses(poll_s)
-            if statuses is None:
+            reports = backend.reports(poll_s)
+            if reports is None:
                 continue  # a learner was rebuilt: ask again
-            status = pool_status(statuses, self._rules, self._group_stop)
-            if backend.t_run_start is None and status.get("elapsed_s") is not None:
-                backend.t_run_start = time.time() - status["elapsed_s"]
+            status = self._pooled(reports)
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
                 self._finals = backend.finals()
                 break
             if not stopped and self.pipeline.groups > 1:
-                self._group_stop = self._group_stop or groups_stop_reason(status, statuses, self._rules)
+                self._group_stop = self._group_stop or groups_stop_reason(status, [r.status for r in reports], self._rules)
                 if self._group_stop:
                     self.stop()
                     stopped = True
@@ -316,47 +318,19 @@ class Run:
                 stopped = True
         return self._write()
 
-    def _write_tracebacks(self, results: dict) -> str | None:
-        """Move the learners' tracebacks out of the results into ``error.txt``; its name, or None."""
-        per = [results, *results.get("group_results", [])]
-        tracebacks = [r.pop("error_traceback", None) for r in per]
-        texts = tracebacks[1:] if len(per) > 1 else tracebacks
-        found = [(g, text) for g, text in enumerate(texts) if text]
-        if not found:
-            return None
-        body = "\n".join(text if len(texts) == 1 else f"group {g}:\n{text}" for g, text in found)
-        try:
-            (self.out / "error.txt").write_text(f"{results.get('error')}\n\n{body}")
-        except OSError:
-            return None  # the one line is still in the results
-        return "error.txt"
-
     def _write(self) -> dict:
-        backend, replay = self._backend, None
-        if len(self._finals) > 1:
-            results, episodes, chunks = pool_results(self._finals, self._rules, self._group_stop, backend.fusion())
-        else:
-            final = self._finals[0]
-            results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
-            replay = final.get("replay")
-        p = self.pipeline
-        results.update(
-            run_id=self.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
-            explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
-            pipeline_config=p.model_dump(mode="json"),
-        )
-        results["simulated"] = p.simulated()
-        results["startup"] = startup_results({**self._startup, **self._backend.startup}, self.t_process_start, self._finals)
-        results["error_file"] = self._write_tracebacks(results)
+        backend = self._backend
+        results, episodes, chunks, replay = results_writer.assemble(
+            self._finals, self.pipeline, run_id=self.run_id, rules=self._rules, group_stop=self._group_stop,
+            fusion=backend.fusion, startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start)
+        results["error_file"] = results_writer.move_tracebacks(results, self.out)
         results.update(backend.figures(results))
         try:
-            self.results_path = write_results(self.out, results, episodes, chunks, replay=replay)
-        except OSError as err:
+            self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
+        except RunFault:
             self.results = results  # still the caller's, in memory
             self.close()
-            raise RunFault(f"out: cannot write the results to {str(self.out)!r} ({err.strerror or err}); "
-                           f"the run's newest checkpoint: {results.get('checkpoint') or 'none'}") from None
-        shutil.rmtree(self.out / "rows", ignore_errors=True)  # what the learners spilled is in the CSVs now
+            raise
         self.results = results
         t_written = time.time()
         self.close()

@@ -163,8 +163,7 @@ class _Checker:
 
     def check_initial_state(self, algo: Algorithm) -> np.ndarray | None:
         """``initial_state(num_envs)``: None (feed-forward) or a float32 array (num_envs, S)."""
-        initial_state = getattr(algo, "initial_state", None)
-        state = None if initial_state is None else self.call("initial_state", initial_state, self.num_envs)
+        state = self.call("initial_state", algo.initial_state, self.num_envs)
         if state is None:
             return None
         if not (isinstance(state, np.ndarray) and state.dtype == np.float32 and state.ndim == 2 and len(state) == self.num_envs):

@@ -41,9 +41,7 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
         policy = pool.policy_for(weights, policy_version, group)
     with pool.stream_lock(explorer_id):
         rollout = pool.rollout(explorer_id)
-        seed_acting = getattr(policy, "seed_acting", None)
-        if seed_acting is not None:  # this chunk's actions: a function of its seed and weights alone
-            seed_acting([rollout.seed, rollout.serial])
+        policy.seed_acting([rollout.seed, rollout.serial])  # its actions: a function of its seed and weights alone
         with context_meter.meter("env-step"):
             try:
                 chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)

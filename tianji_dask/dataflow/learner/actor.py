@@ -23,6 +23,7 @@ from tianji_dask.dataflow.learner.evaluation import EvalClient
 from tianji_dask.dataflow.learner.fusion import FusionClient
 from tianji_dask.dataflow.learner.lockstep import LockstepLoop
 from tianji_dask.dataflow.learner.relaxed import RelaxedLoop
+from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask.dataflow.learner.results import CpuClock, learner_extras
 from tianji_dask.dataflow.learner.spec import LearnerSpec
 from tianji_dask.dataflow.learner.stream import ExplorerStream
@@ -66,7 +67,7 @@ class Learner:
                                      direct_min_bytes=spec.direct_min_bytes, timed=core.timed,
                                      hosts=spec.explorer_hosts)
         self._stop = threading.Event()
-        self._status: dict = {}
+        self._report = LearnerReport()
         self._final: dict | None = None
         self._ended: tuple | None = None  # (event loop, asyncio.Event) of a status call waiting for the end
         strategy = LockstepLoop if spec.mode == "lockstep" else RelaxedLoop
@@ -89,8 +90,8 @@ class Learner:
         return self.core.version
 
     # ---- public, O(1), on the event loop ------------------------------------------------
-    async def status(self, wait_s: float = 0.0) -> dict:
-        """The newest status; with ``wait_s``, once the learner has finished or ``wait_s`` seconds
+    async def status(self, wait_s: float = 0.0) -> LearnerReport:
+        """The newest report; with ``wait_s``, once the learner has finished or ``wait_s`` seconds
         have passed, whichever is first: a driver that polls this way hears of the end at once."""
         if wait_s > 0:
             if self._ended is None:
@@ -98,7 +99,7 @@ class Learner:
             if self._final is None:  # read after _ended is set: _finish sees one or the other
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._ended[1].wait(), wait_s)
-        return self._status
+        return self._report
 
     async def stop(self) -> None:
         self._stop.set()
@@ -123,11 +124,8 @@ class Learner:
 
     # ---- background thread --------------------------------------------------------------
     def _set_status(self, status: dict) -> None:
-        status["done"] = self._final is not None
-        status["handoff"] = self._handoff
-        status["handoff_at"] = self.loop.handoff_at
-        status["first_update_t"] = self.loop.first_update_t
-        self._status = status
+        self._report = LearnerReport(status, done=self._final is not None, handoff=self._handoff,
+                                     handoff_at=self.loop.handoff_at, first_update_t=self.loop.first_update_t)
 
     def _main(self) -> None:
         self._cpu.start()
@@ -142,7 +140,7 @@ class Learner:
         extras = learner_extras(cpu=self._cpu, publisher=self.publisher, stream=self.stream, fusion=self.fusion,
                                 group=self.spec.group)
         self._set_status(self.loop.status(time.time()))
-        final = core.finish(extras, final_status=lambda _: self._status)
+        final = core.finish(extras, final_status=lambda _: self._report.status)
         self.stream.close()
         self.publisher.close()
         handoff, path = self.loop.handoff, core.last_checkpoint

@@ -1,0 +1,69 @@
+"""A finished run's record: the learners' finals pooled into one set of results (with what the
+pipeline was and how the start went), the tracebacks moved to ``error.txt``, and every file
+written atomically into the run folder."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tianji_dask.config import Pipeline
+from tianji_dask.core.metrics import write_results
+from tianji_dask.core.stop import StopRules
+from tianji_dask.errors import RunFault
+from tianji_dask.run.groups import pool_results
+from tianji_dask.run.startup import startup_results
+
+
+def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, group_stop: str | None,
+             fusion: Callable[[], dict | None], startup: dict, t_process_start: float
+             ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(results, episodes, chunks, replay log) of the run: one learner's, or every group's pooled
+    (``fusion()``: the reducer's rounds, read only then). ``startup``: when each step of the start
+    was reached (Unix times)."""
+    replay = None
+    if len(finals) > 1:
+        results, episodes, chunks = pool_results(finals, rules, group_stop, fusion())
+    else:
+        final = finals[0]
+        results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
+        replay = final.get("replay")
+    results.update(
+        run_id=run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
+        explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
+        pipeline_config=p.model_dump(mode="json"),
+    )
+    results["simulated"] = p.simulated()
+    results["startup"] = startup_results(startup, t_process_start, finals)
+    return results, episodes, chunks, replay
+
+
+def move_tracebacks(results: dict, out: Path) -> str | None:
+    """Move the learners' tracebacks out of the results into ``error.txt``; its name, or None."""
+    per = [results, *results.get("group_results", [])]
+    tracebacks = [r.pop("error_traceback", None) for r in per]
+    texts = tracebacks[1:] if len(per) > 1 else tracebacks
+    found = [(g, text) for g, text in enumerate(texts) if text]
+    if not found:
+        return None
+    body = "\n".join(text if len(texts) == 1 else f"group {g}:\n{text}" for g, text in found)
+    try:
+        (Path(out) / "error.txt").write_text(f"{results.get('error')}\n\n{body}")
+    except OSError:
+        return None  # the one line is still in the results
+    return "error.txt"
+
+
+def write(out: Path, results: dict, episodes: np.ndarray, chunks: np.ndarray, replay: np.ndarray | None) -> Path:
+    """results.json and the CSVs, each atomically; then the learners' spilled rows go (they are in
+    the CSVs now). RunFault, one line, when the folder cannot take them."""
+    try:
+        path = write_results(out, results, episodes, chunks, replay=replay)
+    except OSError as err:
+        raise RunFault(f"out: cannot write the results to {str(out)!r} ({err.strerror or err}); "
+                       f"the run's newest checkpoint: {results.get('checkpoint') or 'none'}") from None
+    shutil.rmtree(Path(out) / "rows", ignore_errors=True)
+    return path
