@@ -772,8 +772,8 @@ def test_adam_matches_the_textbook_update(fused, monkeypatch):
 
 @pytest.mark.parametrize("name", ["dqn", "ppo", "impala"])
 def test_unsupported_spaces_raise(name):
-    with pytest.raises(ValueError, match="Discrete"):
-        make_algorithm(name, OBS, gym.spaces.MultiBinary(2), {})
+    with pytest.raises(ValueError, match="Discrete"):  # PPO and IMPALA take MultiBinary (tests/test_spaces.py)
+        make_algorithm(name, OBS, gym.spaces.Tuple((gym.spaces.Discrete(2),) * 2), {})
     with pytest.raises(ValueError, match="Box"):
         make_algorithm(name, gym.spaces.Discrete(3), ACT, {})
     with pytest.raises(ValueError):  # unknown hyperparameters are errors

@@ -340,7 +340,7 @@ def test_sac_refuses_what_it_cannot_handle_with_one_line():
         make_algorithm("sac", OBS, gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), {})
     with pytest.raises(ValueError, match=r"^sac: continuous actions need flat Box observations \(no images\)"):
         make_algorithm("sac", gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), BOX, {})
-    with pytest.raises(ValueError, match=r"^sac: only Box observation spaces"):
+    with pytest.raises(ValueError, match=r"^sac: observation space Discrete\(3\) is not supported; allowed: Box, or a Dict"):
         make_algorithm("sac", gym.spaces.Discrete(3), BOX, {})
 
 
@@ -350,9 +350,9 @@ def test_box_actions_are_accepted_by_ppo_and_impala_and_refused_by_dqn():
         assert make_algorithm(name, OBS, gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), {}).continuous
         with pytest.raises(ValueError, match="shared_trunk is for Discrete actions only"):
             make_algorithm(name, OBS, BOX, {"shared_trunk": True})
-        with pytest.raises(ValueError, match="only Discrete or Box action spaces"):
-            make_algorithm(name, OBS, gym.spaces.MultiBinary(3), {})
-    with pytest.raises(ValueError, match="^DQN: only Discrete action spaces are supported"):
+        with pytest.raises(ValueError, match="allowed: Discrete, MultiDiscrete or MultiBinary or Box$"):
+            make_algorithm(name, OBS, gym.spaces.Tuple((gym.spaces.Discrete(2),) * 2), {})
+    with pytest.raises(ValueError, match="^DQN: action space Box.* is not supported; allowed: Discrete$"):
         make_algorithm("dqn", OBS, BOX, {})
 
 

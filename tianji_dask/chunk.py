@@ -6,6 +6,13 @@ next-observation is ever duplicated. Gymnasium's vector envs reset an env on the
 *after* it finished (autoreset NEXT_STEP); that reset step is not a transition and is marked
 ``valid = False``.
 
+Dict and Tuple observations (nested; gymnasium's vector envs batch them as dicts and tuples of
+arrays) keep each leaf as its own array, ``obs.<path>`` (T+1, N, *leaf_shape), in place of
+``obs``: the path names the leaf by its keys and tuple indices joined with dots
+(``obs.image``, ``obs.pos.x``, ``obs.0``); ``obs_leaves`` flattens an env's observation into that
+form and ``observations`` reads it back from a chunk. A flat Box chunk has ``obs`` alone, as before:
+nothing per step, no Python dict, and one more array per leaf is all a Dict observation costs.
+
 A recurrent policy's chunk also carries ``state0`` (N, S), the state its first step acted from,
 and with burn-in the K steps before that step: ``burn_obs`` (K, N, *obs_shape), ``burn_valid``
 (K, N) and ``burn_state`` (N, S) (see ``envs/burn_in.py``); feed-forward chunks have none of them.
@@ -19,8 +26,12 @@ import pickle
 
 import numpy as np
 
-#: arrays every chunk carries: name -> (dtype kind check, leading shape as a function of T, N)
+#: arrays every chunk carries (``obs``, or the ``obs.<path>`` leaves of a Dict or Tuple observation)
 ARRAY_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
+#: a Dict or Tuple observation's leaves: ``obs.<path>``, each (T+1, N, *leaf_shape)
+OBS_PREFIX = "obs."
+#: the dtypes an observation leaf may have (floats as float32; uint8 pixels, bools and integers as the env gives them)
+LEAF_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.uint8, np.bool_, np.int8, np.int16, np.int32, np.int64))
 #: scalar stamps every chunk carries; ``env_seed`` and ``stream_serial`` say which env instance made it
 #: and which of that instance's chunks it is (what an exact replay rebuilds it from)
 STAMP_FIELDS = ("explorer_id", "policy_version", "env_steps", "t_start", "t_end", "nbytes", "env_seed", "stream_serial")
@@ -83,9 +94,54 @@ def _unpack(layout: list, stamps: dict, buffer) -> SampleChunk:
     return chunk
 
 
+def obs_leaves(obs) -> dict[str, np.ndarray]:
+    """A Dict or Tuple observation (nested dicts and tuples of arrays, as gymnasium's spaces and
+    vector envs give them) as one flat dict ``{path: array}``, paths joined with dots, in the
+    order of the observation (a dict already flat comes back as it is)."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(f"{prefix}{key}.", sub)
+        elif isinstance(value, (tuple, list)):
+            for i, sub in enumerate(value):
+                walk(f"{prefix}{i}.", sub)
+        else:
+            out[prefix[:-1]] = value
+
+    walk("", obs)
+    return out
+
+
+def leaf_dtype(dtype) -> np.dtype:
+    """What a chunk stores an observation leaf of ``dtype`` as: floats as float32, others as they are."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.kind == "f" else dtype
+
+
+def observations(chunk: dict):
+    """A chunk's observations: ``obs`` (T+1, N, *obs_shape), or a Dict's leaves as ``{path: array}``."""
+    if "obs" in chunk:
+        return chunk["obs"]
+    return {k[len(OBS_PREFIX):]: v for k, v in chunk.items() if k.startswith(OBS_PREFIX)}
+
+
+def map_obs(fn, obs):
+    """``fn`` of each leaf of ``obs`` (an array, or a dict of leaves), in the same form."""
+    return {k: fn(v) for k, v in obs.items()} if isinstance(obs, dict) else fn(obs)
+
+
+def cat_obs(parts: list, cat):
+    """``cat`` (a concatenation) of a list of observations, leaf by leaf when they are dicts."""
+    if parts and isinstance(parts[0], dict):
+        return {k: cat([p[k] for p in parts]) for k in parts[0]}
+    return cat(parts)
+
+
 def make_chunk(
     *,
-    obs: np.ndarray,
+    obs,
     actions: np.ndarray,
     rewards: np.ndarray,
     terminated: np.ndarray,
@@ -103,9 +159,10 @@ def make_chunk(
 ) -> SampleChunk:
     """A chunk with every field its schema declares and nothing else: the arrays and stamps
     above; ``recurrent``, a recurrent policy's ``STATE_FIELDS`` and ``BURN_IN_FIELDS`` (see the
-    module docstring). ``env_steps`` and ``nbytes`` are counted here."""
+    module docstring). ``obs``: an array, or a Dict observation's leaves ``{path: array}``, each
+    kept as the field ``obs.<path>``. ``env_steps`` and ``nbytes`` are counted here."""
     chunk = SampleChunk({
-        "obs": obs,
+        **({f"{OBS_PREFIX}{k}": v for k, v in obs.items()} if isinstance(obs, dict) else {"obs": obs}),
         "actions": actions,
         "rewards": rewards.astype(np.float32, copy=False),
         "terminated": terminated.astype(bool, copy=False),
@@ -142,15 +199,19 @@ def select_envs(chunk: dict, envs: np.ndarray) -> dict:
 
 def validate_chunk(chunk: dict) -> None:
     """Raise ValueError naming the first field that breaks the schema."""
-    for name in ARRAY_FIELDS + STAMP_FIELDS + ("episodes",):
+    leaves = [k for k in chunk if k.startswith(OBS_PREFIX)]
+    for name in ARRAY_FIELDS[1:] + STAMP_FIELDS + ("episodes",) + (() if leaves else ("obs",)):
         if name not in chunk:
             raise ValueError(f"chunk: missing field {name!r}")
-    obs = chunk["obs"]
-    if not isinstance(obs, np.ndarray) or obs.ndim < 3:
-        raise ValueError("chunk.obs: must be an array of shape (T+1, N, *obs_shape)")
-    if obs.dtype not in (np.float32, np.uint8):
-        raise ValueError(f"chunk.obs: dtype must be float32 or uint8, got {obs.dtype}")
-    t1, n = obs.shape[:2]
+    if leaves:
+        t1, n = _validate_leaves(chunk, leaves)
+    else:
+        obs = chunk["obs"]
+        if not isinstance(obs, np.ndarray) or obs.ndim < 3:
+            raise ValueError("chunk.obs: must be an array of shape (T+1, N, *obs_shape)")
+        if obs.dtype not in (np.float32, np.uint8):
+            raise ValueError(f"chunk.obs: dtype must be float32 or uint8, got {obs.dtype}")
+        t1, n = obs.shape[:2]
     for name in ("actions", "rewards", "terminated", "truncated", "valid"):
         arr = chunk[name]
         if not isinstance(arr, np.ndarray) or arr.shape[:2] != (t1 - 1, n):
@@ -178,6 +239,23 @@ def validate_chunk(chunk: dict) -> None:
         raise ValueError("chunk.policy_version: must be >= 0")
 
 
+def _validate_leaves(chunk: dict, leaves: list[str]) -> tuple[int, int]:
+    """A Dict observation's ``obs.<path>`` leaves: no ``obs`` beside them, each (T+1, N, ...) of one
+    (T+1, N) and a ``LEAF_DTYPES`` dtype; returns (T+1, N)."""
+    if "obs" in chunk:
+        raise ValueError(f"chunk.obs: a chunk has obs or its leaves {leaves[0]!r}..., not both")
+    first = chunk[leaves[0]]
+    if not isinstance(first, np.ndarray) or first.ndim < 2:
+        raise ValueError(f"chunk.{leaves[0]}: must be an array of shape (T+1, N, *leaf_shape)")
+    for name in leaves:
+        leaf = chunk[name]
+        if not isinstance(leaf, np.ndarray) or leaf.shape[:2] != first.shape[:2]:
+            raise ValueError(f"chunk.{name}: must have leading shape (T+1, N) = {first.shape[:2]}")
+        if leaf.dtype not in LEAF_DTYPES:
+            raise ValueError(f"chunk.{name}: dtype must be one of {sorted(d.name for d in LEAF_DTYPES)}, got {leaf.dtype}")
+    return first.shape[:2]
+
+
 def _validate_recurrent(chunk: dict, n: int) -> None:
     """The optional fields of a recurrent policy's chunk, where present (see the module docstring)."""
     for name in STATE_FIELDS:
@@ -186,6 +264,8 @@ def _validate_recurrent(chunk: dict, n: int) -> None:
             if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.shape[0] != n or arr.dtype != np.float32:
                 raise ValueError(f"chunk.{name}: must be a float32 array of shape (N, S) with N = {n}")
     if any(name in chunk for name in BURN_IN_FIELDS + ("burn_state",)):
+        if "obs" not in chunk:
+            raise ValueError("chunk.burn_obs: burn-in is for chunks of Box observations (obs), not Dict leaves")
         if not all(name in chunk for name in BURN_IN_FIELDS + ("burn_state",)):
             raise ValueError("chunk.burn_obs: burn_obs, burn_valid and burn_state come together")
         obs, burn_obs, burn_valid = chunk["obs"], chunk["burn_obs"], chunk["burn_valid"]

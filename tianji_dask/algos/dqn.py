@@ -5,6 +5,10 @@ One ``learn()`` is one gradient step on one minibatch. The replay ratio is contr
 ``ready()``: once the replay holds ``learning_starts`` transitions, every env step ingested allows
 ``updates_per_env_step`` more updates. A resumed run without replay contents refills the warm-up
 before it updates again, without a burst of catch-up updates.
+
+Dict and Tuple observations go through the multi-input encoder (``multi_input.py``) and are
+replayed leaf by leaf. Their ``action_mask`` leaf masks the Q-values: the greedy action, epsilon's
+random one and the TD target's max are over the valid actions alone. Actions are Discrete.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from pydantic import Field
 
 from tianji_dask.algos.base import AlgoConfig, Algorithm
 from tianji_dask.algos.encoders import EncoderSpec, network_input
-from tianji_dask.algos.models import QNetwork, check_spaces
+from tianji_dask.algos.heads import ActionHeads, random_valid
+from tianji_dask.algos.models import QNetwork
+from tianji_dask.algos.multi_input import MASK
 from tianji_dask.algos.optim import Adam
 from tianji_dask.algos.weights import load_weights, seeded_init, snapshot, weights_of
 from tianji_dask.algos.replay_buffer import (
@@ -27,6 +33,8 @@ from tianji_dask.algos.replay_buffer import (
     ReplayPacing,
     nstep_transitions,
 )
+from tianji_dask.algos.spaces import check_spaces
+from tianji_dask.chunk import map_obs, obs_leaves, observations
 
 
 class DQNConfig(AlgoConfig):
@@ -91,11 +99,14 @@ class DQN(ReplayPacing, Algorithm):
         super().__init__(obs_space, action_space, config, seed)
         c = config
         obs_dim, self.n_actions = check_spaces(obs_space, action_space, "DQN")
+        self.masked = getattr(obs_dim, "mask", None) is not None
+        self.structured = hasattr(obs_dim, "leaves")  # a Dict or Tuple: observations arrive as leaves
+        self.masked_actions_taken = 0  # actions ingested that their step's action_mask forbade (must stay 0)
         obs_dim = network_input(c.encoder, obs_space, obs_dim)
 
         def build():
-            q = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling)
-            target = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling)
+            q = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling, self.masked)
+            target = QNetwork(obs_dim, self.n_actions, c.hidden, c.activation, c.dueling, self.masked)
             target.load_state_dict(q.state_dict())
             return q, target
 
@@ -122,12 +133,18 @@ class DQN(ReplayPacing, Algorithm):
 
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         eps = float(explore.get("epsilon", 0.0))
-        n = len(obs)
-        actions = self.q.numpy_forward(obs).argmax(axis=1)
+        if self.structured:
+            obs = obs_leaves(obs)
+        q = self.q.numpy_forward(obs)
+        n = len(q)
+        actions = q.argmax(axis=1)
         if eps > 0.0:
             rand = self.rng.random(n) < eps
             if rand.any():
-                actions[rand] = self.rng.integers(0, self.n_actions, size=int(rand.sum()))
+                if self.masked:  # uniform among the valid actions
+                    actions[rand] = random_valid(np.asarray(obs[MASK])[rand], self.rng)
+                else:
+                    actions[rand] = self.rng.integers(0, self.n_actions, size=int(rand.sum()))
         return actions, {}
 
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -139,8 +156,15 @@ class DQN(ReplayPacing, Algorithm):
     # ---- learner side --------------------------------------------------------------------
     def ingest(self, chunk: dict, staleness: int) -> int:
         c = self.config
+        if self.masked:
+            T = chunk["valid"].shape[0]
+            taken = ActionHeads("discrete", (self.n_actions,)).masked_taken(chunk["actions"], observations(chunk)[MASK][:T])
+            self.masked_actions_taken += int((taken & chunk["valid"]).sum())
         batch = nstep_transitions(chunk, c.gamma, c.n_step)
-        return self.store(batch)  # earns updates_per_env_step updates per env step past the warm-up
+        return self.store(batch)
+
+    def counters(self) -> dict[str, int]:
+        return {"masked_actions_taken": self.masked_actions_taken} if self.masked else {}  # earns updates_per_env_step updates per env step past the warm-up
 
     def _make_optimizer(self) -> None:
         self.optimizer = Adam(self.q.parameters(), self.config.lr, eps=self.config.adam_eps)
@@ -196,9 +220,10 @@ class DQN(ReplayPacing, Algorithm):
         if c.prioritized:
             beta = self.per_beta()
             sample["weights"] = self.replay.importance_weights(idx, beta)
-        batch = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
-        batch["obs"] = batch["obs"].float()
-        batch["next_obs"] = batch["next_obs"].float()
+        batch = {k: map_obs(lambda v: torch.from_numpy(v).to(self.device), v) for k, v in sample.items()}
+        if not self.structured:  # a Dict's leaves go as they are: the encoder takes each as it needs
+            batch["obs"] = batch["obs"].float()
+            batch["next_obs"] = batch["next_obs"].float()
         loss, q, target = self.loss(batch)
         if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
             self.replay.update_priorities(idx, (q.detach() - target).abs().cpu().numpy())
@@ -226,6 +251,7 @@ class DQN(ReplayPacing, Algorithm):
             "update_credit": self.update_credit,
             "env_steps_past_warmup": self.env_steps_past_warmup,
             "rng": self.rng.bit_generator.state,
+            "counters": self.counters(),
             "replay": self.replay.state_dict(include_data=self.config.checkpoint_replay or self.include_replay),
         }
 
@@ -239,6 +265,7 @@ class DQN(ReplayPacing, Algorithm):
         self.update_credit = float(state["update_credit"])
         self.env_steps_past_warmup = int(state.get("env_steps_past_warmup", 0))
         self.rng.bit_generator.state = state["rng"]
+        self.masked_actions_taken = int(state.get("counters", {}).get("masked_actions_taken", 0))
         # transitions of a checkpoint written before they kept their policy versions: counted as the
         # checkpoint's own policy's (their age is unknown; understated until they are overwritten)
         self.replay.load_state_dict(state["replay"], missing_version=self.updates)

@@ -1,8 +1,9 @@
 """Observation encoders: which observations are images, and the convolutional encoders that
 turn them into features. The Nature-DQN encoder for frames such as Atari's stacked 84x84 uint8
 (C, H, W); the MinAtar paper's small one for grids too small for it (under 36x36), such as
-MinAtar's 10x10xC bool (H, W, C). Flat Box observations need none (an MLP takes them). A
-config's ``encoder``, ``"module:factory"``, replaces them all with the user's own network."""
+MinAtar's 10x10xC bool (H, W, C). Flat Box observations need none (an MLP takes them); Dict and
+Tuple observations a multi-input encoder (``multi_input.py``). A config's ``encoder``,
+``"module:factory"``, replaces them all with the user's own network."""
 
 from __future__ import annotations
 
@@ -48,19 +49,27 @@ class ImageObs:
         return ImageObs(shape, channels_last=not shape[0] < shape[2], scale=1.0 if obs_space.dtype == np.bool_ else 1.0 / 255.0)
 
 
-def check_spaces(obs_space, action_space, algo: str) -> tuple[int | ImageObs, int]:
-    """(what the networks take as ``obs_dim``, number of actions): the flat observation size, or
-    the ``ImageObs`` of image observations. ValueError for spaces we don't handle."""
-    import gymnasium as gym
+def space_leaves(space) -> dict:
+    """The leaf spaces of a Dict or Tuple space (nested), by path (keys and indices joined with
+    dots, as ``chunk.obs_leaves`` names an observation's leaves); any other space is its own one
+    leaf, path "". ValueError for a Dict key that is not a string or holds a dot."""
+    out = {}
 
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ValueError(f"{algo}: only Discrete action spaces are supported, got {action_space}")
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
-    image = ImageObs.of(obs_space)
-    if image is not None:
-        return image, int(action_space.n)
-    return int(np.prod(obs_space.shape)), int(action_space.n)
+    def walk(prefix: str, sub) -> None:
+        children = getattr(sub, "spaces", None)
+        if isinstance(children, dict):
+            for key, child in children.items():
+                if not isinstance(key, str) or "." in key or not key:
+                    raise ValueError(f"observation key {prefix}{key!r}: allowed: non-empty strings without dots")
+                walk(f"{prefix}{key}.", child)
+        elif isinstance(children, tuple):
+            for i, child in enumerate(children):
+                walk(f"{prefix}{i}.", child)
+        else:
+            out[prefix[:-1]] = sub
+
+    walk("", space)
+    return out
 
 
 def _as_image(obs: torch.Tensor, image: ImageObs) -> torch.Tensor:
@@ -132,15 +141,19 @@ EncoderSpec = Annotated[str | None, AfterValidator(check_encoder_spec)]
 class CustomEncoder(nn.Module):
     """The network an ``encoder`` factory made, as the algorithms' encoder: observations (possibly
     flattened, of any dtype) go to it as float32 (B, *obs_space.shape), values as the env gives
-    them (bool as 0/1, uint8 pixels unscaled), and come out as (B, ``features``)."""
+    them (bool as 0/1, uint8 pixels unscaled), and come out as (B, ``features``). For a Dict or
+    Tuple space, a dict ``{path: float32 (B, *leaf shape)}`` of its leaves (``space_leaves``' paths;
+    an ``action_mask`` leaf is not among them: it masks the actions)."""
 
-    def __init__(self, module: nn.Module, shape: tuple[int, ...], features: int):
+    def __init__(self, module: nn.Module, shape: tuple[int, ...] | dict, features: int):
         super().__init__()
         self.module = module
         self.shape = shape
         self.features = features
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs) -> torch.Tensor:
+        if isinstance(self.shape, dict):
+            return self.module({k: obs[k].reshape(-1, *s).float() for k, s in self.shape.items()})
         return self.module(obs.reshape(-1, *self.shape).float())
 
 
@@ -156,7 +169,10 @@ class EncoderFactory:
         """(the factory's network, its output width), checked: a torch.nn.Module and an int > 0,
         and a batch of two zero observations comes out as (2, width). ValueError, one line,
         otherwise."""
-        shape = tuple(int(d) for d in self.obs_space.shape)
+        leaves = space_leaves(self.obs_space)
+        structured = list(leaves) != [""]
+        shape = ({k: tuple(int(d) for d in s.shape) for k, s in leaves.items()} if structured
+                 else tuple(int(d) for d in self.obs_space.shape))
         where = f"encoder: {self.spec}(obs_space)"
         try:
             made = load_object(self.spec, ALLOWED)(self.obs_space)
@@ -173,20 +189,22 @@ class EncoderFactory:
         if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width <= 0:
             raise ValueError(f"{where} returned (module, {width!r}): the output width must be an int > 0")
         width = int(width)
-        sample = torch.zeros((2, *shape), dtype=torch.float32)
+        sample = ({k: torch.zeros((2, *s), dtype=torch.float32) for k, s in shape.items()} if structured
+                  else torch.zeros((2, *shape), dtype=torch.float32))
+        described = {k: tuple(v.shape) for k, v in sample.items()} if structured else tuple(sample.shape)
         training = module.training
         module.eval()  # no dropout draws, no batch-norm statistics from the zeros
         try:
             with torch.no_grad():
                 out = module(sample)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{where}: its module fails on float32 observations {tuple(sample.shape)}: "
+            raise ValueError(f"{where}: its module fails on float32 observations {described}: "
                              f"{type(err).__name__}: {_line(err)}") from None
         finally:
             module.train(training)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, width):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else _brief(out)
-            raise ValueError(f"{where}: its module maps float32 observations {tuple(sample.shape)} to {got}, "
+            raise ValueError(f"{where}: its module maps float32 observations {described} to {got}, "
                              f"not (2, {width}) (the output width it returned)")
         return CustomEncoder(module, shape, width), width
 
@@ -200,22 +218,27 @@ def _line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def network_input(spec: str | None, obs_space, builtin: int | ImageObs) -> int | ImageObs | EncoderFactory:
-    """What the networks take as ``obs_dim``: the factory ``spec`` names for ``obs_space``, or
-    without one ``builtin`` (the flat size or ``ImageObs`` that ``check_spaces`` found)."""
-    return builtin if spec is None else EncoderFactory(spec, obs_space)
+def network_input(spec: str | None, obs_space, builtin):
+    """What the networks take as ``obs_dim``: the factory ``spec`` names for ``obs_space`` (a Dict
+    less its ``action_mask``: ``builtin.space``), or without one ``builtin`` (the flat size,
+    ``ImageObs`` or ``multi_input.DictObs`` that ``spaces.check_spaces`` found)."""
+    if spec is None:
+        return builtin
+    return EncoderFactory(spec, getattr(builtin, "space", obs_space))
 
 
-def encoder(obs_dim: int | ImageObs | EncoderFactory | tuple[int, int, int],
-            ortho: bool = False) -> tuple[nn.Module | None, int]:
+def encoder(obs_dim, ortho: bool = False) -> tuple[nn.Module | None, int]:
     """(encoder or None, width of what the MLP trunk receives). A config's own encoder is made by
     its factory, anew at each call; images smaller than the Nature CNN takes (MinAtar's 10x10)
     get MinAtar's network; a bare tuple is (C, H, W) uint8. ``ortho``: the built-in encoders'
     layers get orthogonal weights of gain sqrt(2) and zero biases, as CleanRL's and SB3's PPO
     initialise theirs (otherwise torch's defaults, as the DQN papers' networks); a config's own
-    encoder keeps the initialisation its factory gave it."""
+    encoder keeps the initialisation its factory gave it. A Dict or Tuple observation
+    (``multi_input.DictObs``) builds its multi-input encoder."""
     if isinstance(obs_dim, EncoderFactory):
         return obs_dim.build()
+    if not isinstance(obs_dim, (int, tuple, ImageObs)):  # a structured input (multi_input.DictObs) builds its own
+        return obs_dim.build(ortho)
     if isinstance(obs_dim, tuple):
         obs_dim = ImageObs(tuple(obs_dim))
     if isinstance(obs_dim, ImageObs):

@@ -1,7 +1,8 @@
 """Continuous actions: the diagonal Gaussian actor-critic of CleanRL's ppo_continuous_action.py
 (PPO, IMPALA) and the tanh-squashed Gaussian actor and Q network of its sac_continuous_action.py
 (SAC), their numpy acting paths, and the log-density and entropy of a diagonal Gaussian. Their
-observations go through an MLP, or first through a config's own ``encoder`` (``encoders.py``)."""
+observations go through an MLP, or first through a config's own ``encoder`` (``encoders.py``) or,
+for Dict and Tuple observations, the multi-input encoder (``multi_input.py``)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from torch import nn
 
 from tianji_dask.algos.encoders import EncoderFactory, encode, encoder
 from tianji_dask.algos.models import NumpyMLP, NumpyViews, as_batch, chain, layer_init, mlp
+from tianji_dask.algos.spaces import OBS_ALLOWED, check_mask, observation_input
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: SAC's log-std is squashed into [LOG_STD_MIN, LOG_STD_MAX] (as CleanRL does)
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False, images: bool = False) -> tuple[int, int]:
-    """(flat observation size, action size) for flat Box observations and Box actions; with
-    ``finite`` the action bounds must be finite; with ``images`` (an own ``encoder`` takes them)
-    image observations too. ValueError naming what is allowed otherwise."""
+def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False, images: bool = False):
+    """(flat observation size, or the ``DictObs`` of a Dict or Tuple observation; action size) for
+    Box actions; with ``finite`` the action bounds must be finite; with ``images`` (an own
+    ``encoder`` takes them) image observations too. ValueError naming what is allowed otherwise."""
     import gymnasium as gym
 
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
@@ -32,8 +34,12 @@ def check_box_spaces(obs_space, action_space, algo: str, finite: bool = False, i
     if finite and not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
         raise ValueError(f"{algo}: only Box action spaces with finite bounds are supported (actions are "
                          f"squashed into them), got {action_space}")
+    if isinstance(obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        obs_dim = observation_input(obs_space, algo)
+        check_mask(obs_dim, None, algo)
+        return obs_dim, int(action_space.shape[0])
     if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"{algo}: only Box observation spaces are supported, got {obs_space}")
+        raise ValueError(f"{algo}: observation space {obs_space} is not supported; allowed: {OBS_ALLOWED}")
     if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3 and not images:
         raise ValueError(f"{algo}: continuous actions need flat Box observations (no images) unless an own "
                          f"encoder takes them (algo.config.encoder: 'module:factory'), got {obs_space}")
@@ -102,7 +108,7 @@ class GaussianActorCritic(NumpyViews, nn.Module):
             mean = self.torch_acting(self.mean, as_batch(obs), self.actor_head.weight.device)
             return mean, self.actor_logstd.detach().cpu().numpy()
         mlp_np, logstd = self.views(lambda: (NumpyMLP(self.actor_trunk, self.actor_head), self.actor_logstd.detach().numpy()))
-        return mlp_np(as_batch(obs)), logstd
+        return mlp_np(self.features(self.actor_encoder, obs)), logstd
 
 
 class SoftQNetwork(nn.Module):
@@ -156,6 +162,6 @@ class SquashedGaussianActor(NumpyViews, nn.Module):
             return self.torch_acting(self, as_batch(obs), self.mean_head.weight.device)
         trunk, mean_head, logstd_head = self.views(lambda: (NumpyMLP(self.trunk), NumpyMLP(self.mean_head),
                                                            NumpyMLP(self.logstd_head)))
-        h = trunk(as_batch(obs))
+        h = trunk(self.features(self.encoder, obs))
         log_std = np.tanh(logstd_head(h))
         return mean_head(h), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)

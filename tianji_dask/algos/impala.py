@@ -36,7 +36,7 @@ from pydantic import Field
 from tianji_dask.algos.base import Algorithm
 from tianji_dask.algos.recurrent import RecurrentSpec, segment_terms, with_start_state
 from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig
-from tianji_dask.chunk import extras, select_envs
+from tianji_dask.chunk import cat_obs, extras, map_obs, select_envs
 
 
 class IMPALAConfig(SegmentConfig):
@@ -139,7 +139,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
             if self.recurrent:  # each env's sequence unrolled from the chunk's state0
                 target_logp, entropy, values = segment_terms(self.net, self._obs(seg["obs"]), seg, self.device)
             else:
-                obs = torch.as_tensor(self._obs(seg["obs"])).to(self.device).reshape((T + 1) * N, -1)
+                obs = self._rows(self._segment_obs(seg), (T + 1) * N)
                 actions = torch.as_tensor(seg["actions"]).to(self.device).flatten(0, 1)
                 # frame T has no action: its row is padding, only its value (the bootstrap) is used
                 logp, entropy, values = self.net.evaluate(obs, torch.cat([actions, actions[-N:]]))
@@ -162,9 +162,9 @@ class IMPALA(SegmentActorCritic, Algorithm):
             parts["adv"].append(torch.from_numpy(adv[valid]).to(self.device))
             parts["rho"].append(torch.from_numpy(ratio[valid]).to(self.device))
             if keep_inputs:
-                parts["obs"].append(obs.reshape(T + 1, N, -1)[:T][mask])
+                parts["obs"].append(map_obs(lambda v: v.reshape(T + 1, N, -1)[:T][mask], obs))
                 parts["actions"].append(actions.reshape(T, N, *actions.shape[1:])[mask])
-        return {k: torch.cat(v) for k, v in parts.items()}
+        return {k: cat_obs(v, torch.cat) for k, v in parts.items()}
 
     def _loss_of(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         c = self.config
@@ -207,7 +207,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
                     fixed = self._terms(segments, keep_inputs=True)
                 order = torch.from_numpy(self.rng.permutation(len(fixed["adv"])))
                 for idx in order.split(c.minibatch_size):
-                    stats = self._step(self._loss_of(self._reevaluate({k: v[idx] for k, v in fixed.items()})))
+                    stats = self._step(self._loss_of(self._reevaluate({k: map_obs(lambda t: t[idx], v)
+                                                                       for k, v in fixed.items()})))
         self.updates += 1
         self._drop_stale()
         self._fold_statistics()
@@ -230,4 +231,4 @@ class IMPALA(SegmentActorCritic, Algorithm):
 
     def counters(self) -> dict[str, int]:
         return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
-                "max_lag_used": self.max_lag_used}
+                "max_lag_used": self.max_lag_used, **self._mask_counters()}

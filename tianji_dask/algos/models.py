@@ -5,8 +5,10 @@ about in ``weights.py``.
 Flat Box observations go through an MLP; image observations (3-d uint8 or bool Boxes) through a
 convolutional encoder first: the Nature-DQN one for frames such as Atari's stacked 84x84 uint8
 (C, H, W), the MinAtar paper's small one for grids too small for that (under 36x36), such as
-MinAtar's 10x10xC bool (H, W, C). Actions are Discrete here; continuous actions' networks are in ``gaussian.py``
-(PPO, IMPALA) and ``sac.py``.
+MinAtar's 10x10xC bool (H, W, C); Dict and Tuple observations through a multi-input encoder
+(``multi_input.py``), whose ``action_mask`` leaf masks the logits and Q-values. Actions are Discrete
+here, or for the actor-critic any of ``heads.ActionHeads``; continuous actions' networks are in
+``gaussian.py`` (PPO, IMPALA) and ``sac.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tianji_dask.algos.encoders import ImageObs, check_spaces, encode, encoder  # noqa: F401 - the networks' API
+from tianji_dask.algos.encoders import ImageObs, encode, encoder  # noqa: F401 - the networks' API
+from tianji_dask.algos.heads import ActionHeads, mask_numpy, mask_torch, sample_categorical  # noqa: F401 - the networks' API
+from tianji_dask.algos.multi_input import MASK
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -115,44 +119,45 @@ class NumpyViews:
 
     @staticmethod
     def in_torch(encoder, weight: torch.Tensor) -> bool:
-        return encoder is not None or weight.device.type != "cpu"
+        """Act through torch: an encoder numpy cannot run (convolutions, an own one), or weights off the CPU."""
+        return (encoder is not None and not getattr(encoder, "numpy_ok", False)) or weight.device.type != "cpu"
 
     @staticmethod
-    def torch_acting(fn, obs: np.ndarray, device):
-        """``fn`` on ``obs`` through torch, without gradients; numpy out (each of a tuple)."""
+    def features(encoder, obs) -> np.ndarray:
+        """What the numpy MLP takes: the flat float32 observations, or a multi-input encoder's features."""
+        return as_batch(obs) if encoder is None else encoder.numpy_features(obs)
+
+    @staticmethod
+    def torch_acting(fn, obs, device):
+        """``fn`` on ``obs`` (an array, or a dict of leaves) through torch, without gradients;
+        numpy out (each of a tuple)."""
         with torch.no_grad():
-            out = fn(torch.from_numpy(obs).to(device))
+            if isinstance(obs, dict):
+                x = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in obs.items()}
+            else:
+                x = torch.from_numpy(np.ascontiguousarray(obs)).to(device)
+            out = fn(x)
         return tuple(o.cpu().numpy() for o in out) if isinstance(out, tuple) else out.cpu().numpy()
 
 
 def as_batch(obs) -> np.ndarray:
-    """Observations as a float32 [B, obs_dim] array (no copy when they already are)."""
+    """Observations as a float32 [B, obs_dim] array (no copy when they already are); a dict of a
+    Dict observation's leaves as it is."""
+    if isinstance(obs, dict):
+        return obs
     obs = np.asarray(obs, dtype=np.float32)
     return obs.reshape(len(obs), -1)
 
 
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(actions, float32 log-probabilities of those actions) for a batch of categorical logits
-    [B, A]: sampled by inverse CDF, or the most likely action with ``greedy``. Overwrites
-    ``logits``."""
-    logits -= logits.max(axis=1, keepdims=True)
-    logp_all = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    if greedy:
-        actions = logp_all.argmax(axis=1)
-    else:
-        cdf = np.cumsum(np.exp(logp_all), axis=1)
-        u = rng.random((len(logits), 1), dtype=np.float32) * cdf[:, -1:]
-        actions = np.minimum((cdf < u).sum(axis=1), logits.shape[1] - 1)
-    logp = logp_all[np.arange(len(logits)), actions]
-    return actions, logp.astype(np.float32, copy=False)
-
-
 class QNetwork(NumpyViews, nn.Module):
-    """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A)."""
+    """Q(s, ·) for Discrete actions; with ``dueling`` Q = V + A - mean(A). ``masked``: the
+    observations' ``action_mask`` leaf sets masked actions' Q-values to ``heads.MASKED`` (a row
+    masked entirely is left as it is), so the greedy action and a target's max are over valid ones."""
 
-    def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
-                 activation: str = "relu", dueling: bool = False):
+    def __init__(self, obs_dim, n_actions: int, hidden: Sequence[int] = (64, 64),
+                 activation: str = "relu", dueling: bool = False, masked: bool = False):
         super().__init__()
+        self.masked = masked
         self.encoder, in_dim = encoder(obs_dim)
         self.trunk = mlp(in_dim, hidden, activation)
         width = hidden[-1] if hidden else in_dim
@@ -163,33 +168,46 @@ class QNetwork(NumpyViews, nn.Module):
         else:
             self.head = nn.Linear(width, n_actions)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs) -> torch.Tensor:
         h = chain(self.trunk, encode(self.encoder, obs))
         if self.dueling:
             adv = F.linear(h, self.advantage.weight, self.advantage.bias)
-            return F.linear(h, self.value.weight, self.value.bias) + adv - adv.mean(dim=1, keepdim=True)
-        return F.linear(h, self.head.weight, self.head.bias)
+            q = F.linear(h, self.value.weight, self.value.bias) + adv - adv.mean(dim=1, keepdim=True)
+        else:
+            q = F.linear(h, self.head.weight, self.head.bias)
+        return mask_torch(q, obs[MASK], fallback=True) if self.masked else q
 
-    def numpy_forward(self, obs: np.ndarray) -> np.ndarray:
+    def numpy_forward(self, obs) -> np.ndarray:
         """``forward`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
         weight = (self.advantage if self.dueling else self.head).weight
         if self.in_torch(self.encoder, weight):
-            return self.torch_acting(self.forward, np.ascontiguousarray(obs), weight.device)
+            return self.torch_acting(self.forward, obs, weight.device)
+        x = self.features(self.encoder, obs)
         if not self.dueling:
-            return self.views(lambda: NumpyMLP(self.trunk, self.head))(as_batch(obs))
-        trunk, value, advantage = self.views(lambda: (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage)))
-        h = trunk(as_batch(obs))
-        adv = advantage(h)
-        return value(h) + adv - adv.mean(axis=1, keepdims=True)
+            q = self.views(lambda: NumpyMLP(self.trunk, self.head))(x)
+        else:
+            trunk, value, advantage = self.views(lambda: (NumpyMLP(self.trunk), NumpyMLP(self.value), NumpyMLP(self.advantage)))
+            h = trunk(x)
+            adv = advantage(h)
+            q = value(h) + adv - adv.mean(axis=1, keepdims=True)
+        if not self.masked:
+            return q
+        mask = np.asarray(obs[MASK]) > 0
+        return mask_numpy(q, mask | ~mask.any(axis=1, keepdims=True))
 
 
 class ActorCritic(NumpyViews, nn.Module):
     """Categorical policy logits and state values, with separate trunks (CleanRL's default) or a
-    shared one. Orthogonal init: hidden gain sqrt(2), policy head 0.01, value head 1."""
+    shared one. Orthogonal init: hidden gain sqrt(2), policy head 0.01, value head 1. ``heads``:
+    the distribution the logits parameterize when it is not one categorical (MultiDiscrete,
+    MultiBinary); ``masked``: the observations' ``action_mask`` leaf masks the logits."""
 
-    def __init__(self, obs_dim: int | ImageObs, n_actions: int, hidden: Sequence[int] = (64, 64),
-                 activation: str = "tanh", shared: bool = False):
+    def __init__(self, obs_dim, n_actions: int, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", shared: bool = False, heads: ActionHeads | None = None,
+                 masked: bool = False):
         super().__init__()
+        self.heads = None if heads is None or heads.kind == "discrete" else heads
+        self.masked = masked
         self.actor_encoder, in_dim = encoder(obs_dim, ortho=True)
         self.critic_encoder = None if shared else encoder(obs_dim, ortho=True)[0]
         width = hidden[-1] if hidden else in_dim
@@ -199,24 +217,26 @@ class ActorCritic(NumpyViews, nn.Module):
         self.actor_head = layer_init(nn.Linear(width, n_actions), gain=0.01)
         self.critic_head = layer_init(nn.Linear(width, 1), gain=1.0)
 
-    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+    def logits(self, obs) -> torch.Tensor:
         h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
-        return F.linear(h, self.actor_head.weight, self.actor_head.bias)
+        logits = F.linear(h, self.actor_head.weight, self.actor_head.bias)
+        return mask_torch(logits, obs[MASK]) if self.masked else logits
 
-    def numpy_logits(self, obs: np.ndarray) -> np.ndarray:
+    def numpy_logits(self, obs) -> np.ndarray:
         """``logits`` in numpy, for acting (see NumpyMLP); through torch with an image encoder."""
         if self.in_torch(self.actor_encoder, self.actor_head.weight):
-            return self.torch_acting(self.logits, np.ascontiguousarray(obs), self.actor_head.weight.device)
-        return self.views(lambda: NumpyMLP(self.actor_trunk, self.actor_head))(as_batch(obs))
+            return self.torch_acting(self.logits, obs, self.actor_head.weight.device)
+        logits = self.views(lambda: NumpyMLP(self.actor_trunk, self.actor_head))(self.features(self.actor_encoder, obs))
+        return mask_numpy(logits, obs[MASK]) if self.masked else logits
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs) -> torch.Tensor:
         if self.shared:
             h = chain(self.actor_trunk, encode(self.actor_encoder, obs))
         else:
             h = chain(self.critic_trunk, encode(self.critic_encoder, obs))
         return F.linear(h, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, A], values [B])."""
         x = encode(self.actor_encoder, obs)
         h = chain(self.actor_trunk, x)
@@ -225,11 +245,15 @@ class ActorCritic(NumpyViews, nn.Module):
         else:
             hv = chain(self.critic_trunk, x if self.critic_encoder is None else encode(self.critic_encoder, obs))
         logits = F.linear(h, self.actor_head.weight, self.actor_head.bias)
+        if self.masked:
+            logits = mask_torch(logits, obs[MASK])
         return logits, F.linear(hv, self.critic_head.weight, self.critic_head.bias).squeeze(-1)
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate(self, obs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-probabilities of ``actions`` [B], policy entropies [B], values [B])."""
         logits, value = self(obs)
+        if self.heads is not None:
+            return (*self.heads.log_prob_entropy(logits, actions), value)
         logp_all = torch.log_softmax(logits, dim=1)
         logprob = logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
         return logprob, -(logp_all.exp() * logp_all).sum(1), value

@@ -2,7 +2,10 @@
 observations (B, *obs_space.shape), as the env gives them, in; the env's actions out. Each wraps a
 CPU copy of an algorithm's acting network; observation normalization, when on, is folded in as
 constants. What each computes is what the algorithm's ``act`` (exploration off) followed by its
-``env_action`` computes. ``frozen`` makes the copy an algorithm hands out. Pure torch, no Dask."""
+``env_action`` computes. A Dict or Tuple observation comes as a dict of its leaves ``{path: (B,
+*leaf shape)}`` (``leaf_inputs`` makes a module of one input per leaf, for export), its
+``action_mask`` leaf masking the actions as in acting. ``frozen`` makes the copy an algorithm
+hands out. Pure torch, no Dask."""
 
 from __future__ import annotations
 
@@ -35,7 +38,9 @@ class Normalize(nn.Module):
             self.register_buffer("mean", _constant(normalizer.mean32))
             self.register_buffer("std", _constant(normalizer.std32))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs):
+        if isinstance(obs, dict):  # leaves go to the multi-input encoder as they are (never normalized)
+            return obs
         obs = obs.float()
         if not self.on:
             return obs
@@ -49,20 +54,24 @@ class GreedyQ(nn.Module):
         super().__init__()
         self.q = q
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q(obs.float()).argmax(dim=1)
+    def forward(self, obs) -> torch.Tensor:
+        return self.q(obs if isinstance(obs, dict) else obs.float()).argmax(dim=1)
 
 
 class GreedyCategorical(nn.Module):
-    """The most likely action of an ``ActorCritic``'s categorical policy: int64 (B,)."""
+    """The most likely action of an ``ActorCritic``'s categorical policy: int64 (B,); with its
+    ``heads``, each dimension's (MultiDiscrete, (B, *shape), offset by the space's start) or each
+    bit's (MultiBinary)."""
 
     def __init__(self, net: nn.Module, normalizer=None):
         super().__init__()
         self.normalize = Normalize(normalizer)
         self.net = net
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net.logits(self.normalize(obs)).argmax(dim=1)
+    def forward(self, obs) -> torch.Tensor:
+        logits = self.net.logits(self.normalize(obs))
+        heads = getattr(self.net, "heads", None)
+        return logits.argmax(dim=1) if heads is None else heads.greedy(logits)
 
 
 class GaussianMean(nn.Module):
@@ -91,8 +100,22 @@ class SquashedMean(nn.Module):
         self.register_buffer("bias", _constant(bias))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean, _ = self.actor(self.normalize(obs).flatten(1))
+        obs = self.normalize(obs)
+        mean, _ = self.actor(obs if isinstance(obs, dict) else obs.flatten(1))
         return torch.tanh(mean) * self.scale + self.bias
+
+
+class LeafInputs(nn.Module):
+    """``module``, which takes a dict of a Dict observation's leaves, as a module of one input per
+    leaf, in the order of ``paths``: what TorchScript and ONNX export with one named input each."""
+
+    def __init__(self, module: nn.Module, paths: list[str]):
+        super().__init__()
+        self.module = module
+        self.paths = list(paths)
+
+    def forward(self, *leaves: torch.Tensor):
+        return self.module(dict(zip(self.paths, leaves)))
 
 
 def actor_critic_policy(algo) -> nn.Module:

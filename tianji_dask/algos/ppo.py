@@ -30,7 +30,7 @@ from tianji_dask.algos.normalize import RewardScaler
 from tianji_dask.algos.recurrent import RecurrentSpec
 from tianji_dask.algos.recurrent_ppo import sequence_batch, sequence_update
 from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig
-from tianji_dask.chunk import extras
+from tianji_dask.chunk import cat_obs, extras, map_obs
 
 
 class PPOConfig(SegmentConfig):
@@ -96,22 +96,24 @@ class PPO(SegmentActorCritic, Algorithm):
         c = self.config
         parts: dict[str, list] = {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
         for seg in segments:
-            obs = self._obs(seg["obs"])
+            obs = self._segment_obs(seg)
             rewards = seg["rewards"] if self.reward_scale is None else self.reward_scale(seg["rewards"])
             T, N = seg["rewards"].shape
             with torch.no_grad():
-                values = self.net.value(torch.as_tensor(obs).to(self.device).reshape(T + 1, N, -1).flatten(0, 1))
+                values = self.net.value(self._rows(obs, (T + 1) * N))
             values = values.cpu().numpy().reshape(T + 1, N)
             adv, ret = gae(rewards, values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
             valid = seg["valid"]
-            parts["obs"].append(obs[:T][valid])
+            parts["obs"].append(map_obs(lambda v: v[:T][valid], obs))
             parts["actions"].append(seg["actions"][valid])
             parts["logprobs"].append(extras(seg)["logprob"][valid])
             parts["advantages"].append(adv[valid])
             parts["returns"].append(ret[valid])
             parts["values"].append(values[:T][valid])
+        obs = cat_obs(parts.pop("obs"), np.concatenate)
         batch = {k: torch.from_numpy(np.concatenate(v)).to(self.device) for k, v in parts.items()}
-        batch["obs"] = batch["obs"].flatten(1)  # uint8 frames stay uint8 until a minibatch is encoded
+        # uint8 frames stay uint8 until a minibatch is encoded
+        batch["obs"] = map_obs(lambda v: torch.from_numpy(v).to(self.device).flatten(1), obs)
         return batch
 
     @staticmethod
@@ -171,10 +173,10 @@ class PPO(SegmentActorCritic, Algorithm):
         totals: dict[str, torch.Tensor] = {}
         for epoch in range(c.update_epochs):
             perm = torch.from_numpy(self.rng.permutation(B)).to(self.device)
-            shuffled = {k: v[perm] for k, v in batch.items()}  # then minibatches are cheap views
+            shuffled = {k: map_obs(lambda t: t[perm], v) for k, v in batch.items()}  # then minibatches are cheap views
             last_epoch = epoch == c.update_epochs - 1
             for mb_slice in self._slices(B, n_mb):
-                mb = {k: v[mb_slice] for k, v in shuffled.items()}
+                mb = {k: map_obs(lambda t: t[mb_slice], v) for k, v in shuffled.items()}
                 loss, stats = self.loss(mb, with_stats=last_epoch)
                 self.optimizer.minimize(loss, c.max_grad_norm)
                 for k, v in stats.items():  # reported: means over the last epoch
@@ -200,4 +202,5 @@ class PPO(SegmentActorCritic, Algorithm):
         return metrics
 
     def counters(self) -> dict[str, int]:
-        return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used}
+        return {"dropped_segments": self.dropped_segments, "late_segments_used": self.late_segments_used,
+                **self._mask_counters()}

@@ -7,6 +7,8 @@ discounted return and ``discount`` is gamma**k for a k-step window that bootstra
 ``reward + discount * max_a Q(next_obs, a)`` whatever n, termination or truncation was.
 Each also keeps the policy version of the chunk that made it (``VERSION``), not trained on: what
 replay staleness is measured by (the versions between a sample's making and its training).
+Dict and Tuple observations are kept leaf by leaf: ``obs`` and ``next_obs`` are then dicts
+``{path: array}``, stored as columns ``obs.<path>`` and ``next_obs.<path>`` and gathered back as dicts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from tianji_dask.chunk import map_obs, observations
 
 #: each transition's column holding the policy version of the chunk that made it
 VERSION = "policy_version"
@@ -29,7 +33,7 @@ def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray
     trailing dimensions, (T, N, n_agents) for per-agent rewards; each is summed alike. Every
     transition carries the chunk's ``policy_version`` (``VERSION``).
     """
-    obs, actions, rewards = chunk["obs"], chunk["actions"], chunk["rewards"]
+    obs, actions, rewards = observations(chunk), chunk["actions"], chunk["rewards"]
     terminated, truncated, valid = chunk["terminated"], chunk["truncated"], chunk["valid"]
     T, N = valid.shape
     ret = np.zeros(rewards.shape, dtype=np.float64)
@@ -48,11 +52,12 @@ def nstep_transitions(chunk: dict, gamma: float, n: int) -> dict[str, np.ndarray
     discount = np.where(ended, 0.0, gamma**length).astype(np.float32)
     end = np.arange(T)[:, None] + length  # obs frame to bootstrap from
     t_idx, env_idx = np.nonzero(valid)
+    next_t = end[t_idx, env_idx]
     return {
-        "obs": obs[t_idx, env_idx],
+        "obs": map_obs(lambda o: o[t_idx, env_idx], obs),
         "actions": actions[t_idx, env_idx],
         "rewards": ret[t_idx, env_idx].astype(np.float32),
-        "next_obs": obs[end[t_idx, env_idx], env_idx],
+        "next_obs": map_obs(lambda o: o[next_t, env_idx], obs),
         "discounts": discount[t_idx, env_idx],
         VERSION: np.full(len(t_idx), chunk["policy_version"], dtype=np.int64),
     }
@@ -81,11 +86,23 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def _allocate(self, batch: dict[str, np.ndarray]) -> None:
+    def _allocate(self, columns: dict[str, np.ndarray]) -> None:
+        """Storage for ``columns`` (``_columns``' flat ones, or a state's storage)."""
         self.storage = {
-            k: np.empty((self.capacity, *batch[k].shape[1:]), dtype=batch[k].dtype) for k in self.FIELDS
+            k: np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in columns.items() if k != VERSION
         }
         self.storage[VERSION] = np.zeros(self.capacity, dtype=np.int64)
+
+    def _columns(self, batch: dict) -> dict[str, np.ndarray]:
+        """The ``FIELDS`` of a batch as flat columns: a dict-valued field's leaves as ``field.<path>``."""
+        out = {}
+        for k in self.FIELDS:
+            v = batch[k]
+            if isinstance(v, dict):
+                out.update({f"{k}.{path}": leaf for path, leaf in v.items()})
+            else:
+                out[k] = v
+        return out
 
     def add(self, batch: dict[str, np.ndarray]) -> int:
         """Append a batch of transitions (arrays with the same leading length); oldest are
@@ -93,9 +110,9 @@ class ReplayBuffer:
         n = len(batch["rewards"])
         if n == 0:
             return 0
+        columns = self._columns(batch)
         if self.storage is None:
-            self._allocate(batch)
-        columns = {k: batch[k] for k in self.FIELDS}
+            self._allocate(columns)
         columns[VERSION] = batch[VERSION] if VERSION in batch else np.zeros(n, dtype=np.int64)
         if n > self.capacity:  # only the newest fit
             columns = {k: v[n - self.capacity:] for k, v in columns.items()}
@@ -115,8 +132,18 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
         return self.rng.integers(0, self.size, size=batch_size)
 
-    def gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
-        return {k: self.storage[k][idx] for k in self.FIELDS}
+    def gather(self, idx: np.ndarray) -> dict:
+        """The transitions at ``idx``: each of ``FIELDS``, a dict of leaves for a Dict observation."""
+        out: dict = {}
+        for k, v in self.storage.items():
+            if k == VERSION:
+                continue
+            field, _, path = k.partition(".")
+            if path:
+                out.setdefault(field, {})[path] = v[idx]
+            else:
+                out[k] = v[idx]
+        return out
 
     def mean_version(self, idx: np.ndarray) -> float:
         """The mean policy version of the transitions at ``idx`` (a numpy mean: no device sync)."""

@@ -32,6 +32,8 @@ from tianji_dask.algos.optim import Adam
 from tianji_dask.algos.weights import seeded_init, snapshot, weights_of
 from tianji_dask.algos.normalize import ObsNormalizer, load_policy_weights
 from tianji_dask.algos.replay_buffer import ReplayBuffer, ReplayPacing, nstep_transitions
+from tianji_dask.algos.spaces import refuse_normalize
+from tianji_dask.chunk import map_obs, obs_leaves
 
 
 class SACConfig(AlgoConfig):
@@ -111,6 +113,9 @@ class SAC(ReplayPacing, Algorithm):
         super().__init__(obs_space, action_space, config, seed)
         c = config
         obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, "sac", finite=True, images=c.encoder is not None)
+        self.structured = hasattr(obs_dim, "leaves")  # a Dict or Tuple: observations arrive as leaves
+        if c.normalize_obs:
+            refuse_normalize(obs_dim, "sac")
         obs_dim = network_input(c.encoder, obs_space, obs_dim)
         self.action_scale = ((action_space.high - action_space.low) / 2).astype(np.float32)
         self.action_bias = ((action_space.high + action_space.low) / 2).astype(np.float32)
@@ -145,9 +150,11 @@ class SAC(ReplayPacing, Algorithm):
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions in [-1, 1]: uniform with ``explore["random"]``, tanh of the mean with
         ``explore["greedy"]``, else sampled from the squashed Gaussian."""
+        obs = self._obs(obs)
         if explore.get("random", False):
-            return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32), {}
-        mean, log_std = self.actor.numpy_forward(self._obs(obs))
+            n = len(next(iter(obs.values()))) if self.structured else len(obs)
+            return self.rng.uniform(-1.0, 1.0, (n, self.action_dim)).astype(np.float32), {}
+        mean, log_std = self.actor.numpy_forward(obs)
         if explore.get("greedy", False):
             return np.tanh(mean), {}
         noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
@@ -166,7 +173,10 @@ class SAC(ReplayPacing, Algorithm):
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_policy_weights(weights, self.actor, self.obs_norm)
 
-    def _obs(self, obs: np.ndarray) -> np.ndarray:
+    def _obs(self, obs):
+        """Normalized with the statistics in use, if on; a Dict or Tuple observation as its leaves."""
+        if self.structured:
+            return obs_leaves(obs)
         return obs if self.obs_norm is None else self.obs_norm(obs)
 
     # ---- learner side --------------------------------------------------------------------
@@ -221,8 +231,9 @@ class SAC(ReplayPacing, Algorithm):
         idx = self.replay.sample_indices(c.batch_size)
         sample = self.replay.gather(idx)
         sample["obs"], sample["next_obs"] = self._obs(sample["obs"]), self._obs(sample["next_obs"])
-        b = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
-        b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()
+        b = {k: map_obs(lambda v: torch.from_numpy(v).to(self.device), v) for k, v in sample.items()}
+        if not self.structured:  # a Dict's leaves go as they are: the encoder takes each as it needs
+            b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()
 
         critic_loss, q1, target = self.critic_loss(b, self._noise(c.batch_size))
         self.q_optimizer.minimize(critic_loss, c.max_grad_norm)

@@ -1,7 +1,8 @@
 """What PPO and IMPALA share: an actor-critic acting on explorers (categorical for Discrete
-actions, diagonal Gaussian for Box actions), optional running observation normalization, and
-the queue of on-policy segments (chunks) that the next update trains on. Pure torch/numpy, no
-Dask."""
+actions, one per dimension for MultiDiscrete, Bernoulli per bit for MultiBinary, diagonal Gaussian
+for Box actions; Dict observations' ``action_mask`` masking the choices), optional running
+observation normalization, and the queue of on-policy segments (chunks) that the next update
+trains on. Pure torch/numpy, no Dask."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ from tianji_dask.algos.gaussian import (
     check_box_spaces,
     sample_gaussian,
 )
-from tianji_dask.algos.models import ActorCritic, check_spaces, sample_categorical
+from tianji_dask.algos.heads import ActionHeads
+from tianji_dask.algos.models import ActorCritic
+from tianji_dask.algos.multi_input import MASK
 from tianji_dask.algos.optim import Adam
 from tianji_dask.algos.weights import seeded_init, snapshot, weights_of
 from tianji_dask.algos.normalize import ObsNormalizer, load_policy_weights
 from tianji_dask.algos.recurrent import RecurrentActorCritic, frames
-from tianji_dask.chunk import extras
+from tianji_dask.algos.spaces import check_mask, observation_input, refuse_normalize
+from tianji_dask.chunk import extras, map_obs, obs_leaves, observations
 
 
 class SegmentConfig(AlgoConfig):
@@ -73,6 +77,7 @@ class SegmentActorCritic:
         self.recurrent = getattr(c, "recurrent", None) is not None
         self.burn_in = c.recurrent.burn_in if self.recurrent else 0  # what a Rollout ships per chunk for it
         self.continuous = isinstance(action_space, gym.spaces.Box)
+        self.heads = None  # the distribution over non-continuous actions (heads.py)
         if self.continuous:
             obs_dim, self.action_dim = check_box_spaces(obs_space, action_space, name, images=c.encoder is not None)
             if c.shared_trunk:
@@ -80,10 +85,16 @@ class SegmentActorCritic:
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
         else:
-            if not isinstance(action_space, gym.spaces.Discrete):
-                raise ValueError(f"{name}: only Discrete or Box action spaces are supported, got {action_space}")
-            obs_dim, self.n_actions = check_spaces(obs_space, action_space, name)
+            self.heads = ActionHeads.of(action_space, name, allowed=f"{ActionHeads.ALLOWED} or Box")
+            obs_dim, self.n_actions = observation_input(obs_space, name), self.heads.width
+        self.masked = check_mask(obs_dim, self.heads, name)
+        self.structured = not isinstance(obs_space, gym.spaces.Box)  # a Dict or Tuple: observations arrive as leaves
+        self.masked_actions_taken = 0  # actions ingested that their step's action_mask forbade (must stay 0)
         net_input = network_input(c.encoder, obs_space, obs_dim)
+        if self.recurrent and (self.structured or self.heads is not None and self.heads.kind != "discrete"):
+            what = obs_space if self.structured else action_space
+            raise ValueError(f"{name}: recurrent with {what} is not supported yet; allowed: Box observations and "
+                             "Discrete or Box actions (or recurrent: null)")
         if self.recurrent:
             if c.shared_trunk:
                 raise ValueError(f"{name}: recurrent has one trunk and core for both heads already; leave shared_trunk false")
@@ -93,9 +104,10 @@ class SegmentActorCritic:
         elif self.continuous:
             self.net = seeded_init(seed, lambda: GaussianActorCritic(net_input, self.action_dim, c.hidden, c.activation))
         else:
-            self.net = seeded_init(seed, lambda: ActorCritic(net_input, self.n_actions, c.hidden, c.activation, c.shared_trunk))
-        if c.normalize_obs and not isinstance(obs_dim, int):
-            raise ValueError(f"{name}: normalize_obs is for flat Box observations, not images")
+            self.net = seeded_init(seed, lambda: ActorCritic(net_input, self.n_actions, c.hidden, c.activation, c.shared_trunk,
+                                                             heads=self.heads, masked=self.masked))
+        if c.normalize_obs:
+            refuse_normalize(obs_dim, name)
         self.obs_norm = ObsNormalizer(obs_space.shape) if c.normalize_obs else None
         self.reward_scale = None  # PPO's RewardScaler, when its config asks for one
         # what explorers need to act: everything but the critic
@@ -120,7 +132,7 @@ class SegmentActorCritic:
         if self.continuous:
             actions, logp = sample_gaussian(*self.net.numpy_mean(obs), self.rng, greedy)
         else:
-            actions, logp = sample_categorical(self.net.numpy_logits(obs), self.rng, greedy)
+            actions, logp = self.heads.sample(self.net.numpy_logits(obs), self.rng, greedy, self.masked)
         return actions, {"logprob": logp}
 
     def initial_state(self, num_envs: int) -> np.ndarray | None:
@@ -139,13 +151,14 @@ class SegmentActorCritic:
                 mean, logstd = self.net.mean(feats).cpu().numpy(), self.net.actor_logstd.cpu().numpy()
                 actions, logp = sample_gaussian(mean, logstd, self.rng, greedy)
             else:
-                actions, logp = sample_categorical(self.net.logits(feats).cpu().numpy(), self.rng, greedy)
+                actions, logp = self.heads.sample(self.net.logits(feats).cpu().numpy(), self.rng, greedy)
         return actions, {"logprob": logp}, new_state.cpu().numpy()
 
     def env_action(self, actions: np.ndarray) -> np.ndarray:
-        """Box actions clipped to the bounds (CleanRL's ClipAction); Discrete ones unchanged."""
+        """Box actions clipped to the bounds (CleanRL's ClipAction); MultiDiscrete ones shaped as the
+        space and offset by its start; Discrete and MultiBinary ones unchanged."""
         if not self.continuous:
-            return actions
+            return actions if self.heads.kind != "multi_discrete" else self.heads.env_action(actions)
         return np.clip(actions, self.action_low, self.action_high)
 
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -157,9 +170,30 @@ class SegmentActorCritic:
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_policy_weights(weights, self.net, self.obs_norm, self.actor_keys)
 
-    def _obs(self, obs: np.ndarray) -> np.ndarray:
-        """Observations as the networks see them: normalized with the statistics in use, if on."""
+    def _obs(self, obs):
+        """Observations as the networks see them: normalized with the statistics in use, if on; a
+        Dict or Tuple observation as its leaves ``{path: array}``."""
+        if self.structured:
+            return obs_leaves(obs)
         return obs if self.obs_norm is None else self.obs_norm(obs)
+
+    def _segment_obs(self, seg: dict):
+        """A segment's observations (T+1, N, ...) as the networks see them (see ``_obs``)."""
+        return self._obs(observations(seg))
+
+    def _rows(self, obs, rows: int):
+        """Observations (an array, or a dict of leaves) as tensors of ``rows`` flat rows, on the device."""
+        return map_obs(lambda v: torch.as_tensor(v).to(self.device).reshape(rows, -1), obs)
+
+    def _mask_counters(self) -> dict[str, int]:
+        return {"masked_actions_taken": self.masked_actions_taken} if self.masked else {}
+
+    def _count_masked(self, chunk: dict) -> None:
+        """Count the chunk's valid steps whose action its step's ``action_mask`` forbade."""
+        if self.masked:
+            T = chunk["valid"].shape[0]
+            taken = self.heads.masked_taken(chunk["actions"], observations(chunk)[MASK][:T])
+            self.masked_actions_taken += int((taken & chunk["valid"]).sum())
 
     # ---- learner side --------------------------------------------------------------------
     def accepts(self, staleness: int) -> bool:
@@ -167,6 +201,7 @@ class SegmentActorCritic:
 
     def ingest(self, chunk: dict, staleness: int) -> int:
         self._observe(chunk)  # the statistics describe the env, whether or not this segment is trained on
+        self._count_masked(chunk)
         if not self.accepts(staleness):
             self.dropped_segments += 1
             return 0

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from tianji_dask.acting import Acting
-from tianji_dask.chunk import make_chunk
+from tianji_dask.chunk import leaf_dtype, make_chunk, obs_leaves
 from tianji_dask.envs.burn_in import BurnInHistory
 from tianji_dask.envs.vector import make_vec_env
 
@@ -61,7 +61,12 @@ class Rollout:
         carries ``state0``; with ``policy.burn_in`` K > 0 also the K steps before (burn_in.py)."""
         t_start = time.time()
         n = self.num_envs
-        obs_buf = np.empty((n_steps + 1, n, *self.obs.shape[1:]), dtype=self.obs.dtype if self.obs.dtype == np.uint8 else np.float32)
+        leaves = None if isinstance(self.obs, np.ndarray) else obs_leaves(self.obs)  # a Dict or Tuple observation's
+        if leaves is None:
+            obs_buf = np.empty((n_steps + 1, n, *self.obs.shape[1:]), dtype=self.obs.dtype if self.obs.dtype == np.uint8 else np.float32)
+        else:  # one buffer per leaf (see chunk.py)
+            obs_buf = {k: np.empty((n_steps + 1, n, *np.shape(v)[1:]), dtype=leaf_dtype(np.asarray(v).dtype))
+                       for k, v in leaves.items()}
         actions = None
         rewards = np.empty((n_steps, n), dtype=np.float32)
         terminated = np.empty((n_steps, n), dtype=bool)
@@ -76,6 +81,9 @@ class Rollout:
             self.state = initial.copy()
         state0 = None if initial is None else self.state.copy()
         burn_in = int(policy.burn_in) if initial is not None else 0
+        if burn_in and leaves is not None:
+            raise ValueError(f"burn_in: {type(policy).__name__}'s burn-in is for Box observations; allowed with Dict "
+                             "observations: burn_in 0")
         if burn_in and (self.history is None or self.history.k != burn_in):
             self.history = BurnInHistory(burn_in, obs_buf[0], initial)
         tail = self.history.tail_steps(n_steps) if burn_in else n_steps
@@ -83,7 +91,10 @@ class Rollout:
         if self.step_cost is not None:
             self.step_cost.chunk()
         for t in range(n_steps):
-            obs_buf[t] = obs
+            if leaves is None:
+                obs_buf[t] = obs
+            else:
+                _put_leaves(obs_buf, t, obs)
             if initial is None:
                 action, extra = policy.act(obs, explore)
             else:  # the step after a reset step starts the new episode from the initial state
@@ -117,7 +128,10 @@ class Rollout:
                 self.episode_return[done] = 0.0
                 self.episode_length[done] = 0
             self.resetting = done
-        obs_buf[n_steps] = obs
+        if leaves is None:
+            obs_buf[n_steps] = obs
+        else:
+            _put_leaves(obs_buf, n_steps, obs)
         self.obs = obs
         recurrent = None
         if state0 is not None:
@@ -137,3 +151,9 @@ class Rollout:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _put_leaves(bufs: dict[str, np.ndarray], t: int, obs) -> None:
+    """Frame ``t`` of a Dict or Tuple observation into its leaves' buffers."""
+    for k, v in obs_leaves(obs).items():
+        bufs[k][t] = v

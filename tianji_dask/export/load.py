@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 
     from tianji_dask.algos import Algorithm
 
+def leaf_shapes(space) -> dict[str, tuple[int, ...]] | None:
+    """Each leaf's shape of a Dict or Tuple observation space, by path (``chunk.obs_leaves``' paths);
+    None for any other space."""
+    if not hasattr(space, "spaces"):
+        return None
+    from tianji_dask.algos.encoders import space_leaves
+
+    return {path: tuple(int(d) for d in sub.shape) for path, sub in space_leaves(space).items()}
+
+
 ALLOWED = "a run directory (with pipeline.yaml), a checkpoint file in one, or a folder of checkpoints in one"
 
 
@@ -35,7 +45,7 @@ class Policy:
     the initial state instead. Feed-forward policies take neither and return the actions alone."""
 
     algorithm: Algorithm
-    observation_space: gym.spaces.Box
+    observation_space: gym.spaces.Space
     action_space: gym.spaces.Space
     version: int
     checkpoint: str
@@ -67,14 +77,10 @@ class Policy:
         state), except where ``episode_start`` (a bool, or (B,) bools) is True, which act from the
         initial state. ``new_state`` is what the next call takes. ValueError (one line) for a
         wrong shape, or for a state given to a feed-forward policy."""
-        obs = np.asarray(obs)
-        shape = tuple(self.observation_space.shape)
-        single = obs.shape == shape
-        if not single and obs.shape[1:] != shape:
-            raise ValueError(f"obs: shape {obs.shape}; allowed: {shape} (one observation) or (B, *{shape}) (a batch)")
-        batch = obs[None] if single else obs
+        batch, single = self._batch(obs)
         explore = DETERMINISTIC if deterministic else {}
-        initial = self._initial(len(batch))
+        n = len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+        initial = self._initial(n)
         if initial is None:
             if state is not None or episode_start is not None:
                 name = type(self.algorithm).__name__
@@ -82,11 +88,33 @@ class Policy:
             actions, _ = self.algorithm.act(batch, explore)
             actions = np.asarray(self.algorithm.env_action(actions))
             return actions[0] if single else actions
-        state = self._state(state, episode_start, initial, single, len(batch))
+        state = self._state(state, episode_start, initial, single, n)
         actions, _, new_state = self.algorithm.act_recurrent(batch, state, explore)
         actions = np.asarray(self.algorithm.env_action(actions))
         new_state = np.array(new_state, np.float32)
         return (actions[0], new_state[0]) if single else (actions, new_state)
+
+    def _batch(self, obs) -> tuple:
+        """(a batch of observations, whether ``obs`` was one); a Dict or Tuple's as ``{path: leaf}``."""
+        shapes = leaf_shapes(self.observation_space)
+        if shapes is None:
+            obs = np.asarray(obs)
+            shape = tuple(self.observation_space.shape)
+            single = obs.shape == shape
+            if not single and obs.shape[1:] != shape:
+                raise ValueError(f"obs: shape {obs.shape}; allowed: {shape} (one observation) or (B, *{shape}) (a batch)")
+            return (obs[None] if single else obs), single
+        from tianji_dask.chunk import obs_leaves
+
+        leaves = {k: np.asarray(v) for k, v in obs_leaves(obs).items()}
+        if set(leaves) != set(shapes):
+            raise ValueError(f"obs: leaves {sorted(leaves)}; allowed: {sorted(shapes)} (the observation space's)")
+        single = all(leaves[k].shape == s for k, s in shapes.items())
+        if not single and not all(leaves[k].shape[1:] == s and len(leaves[k]) == len(leaves[next(iter(shapes))])
+                                  for k, s in shapes.items()):
+            got = {k: v.shape for k, v in leaves.items()}
+            raise ValueError(f"obs: leaf shapes {got}; allowed: {shapes} (one observation) or each with a batch axis first")
+        return ({k: v[None] for k, v in leaves.items()} if single else leaves), single
 
     @staticmethod
     def _state(state, episode_start, initial: np.ndarray, single: bool, n: int) -> np.ndarray:
