@@ -27,7 +27,7 @@ ALLOWED = ("'module:factory', a function of an importable module taking the obse
 class ImageObs:
     """An image observation space as the networks take it: the env's array ``shape``, whether
     its channels come last (H, W, C) or first (C, H, W), and the factor to [0, 1] (1/255 for
-    uint8 pixels, 1 for bool grids)."""
+    uint8 pixels, 1/high for uint8 codes bounded lower, such as MiniGrid's, 1 for bool grids)."""
 
     shape: tuple[int, int, int]
     channels_last: bool = False
@@ -46,7 +46,8 @@ class ImageObs:
         shape = tuple(int(d) for d in obs_space.shape)
         if len(shape) != 3 or obs_space.dtype not in (np.uint8, np.bool_):
             return None
-        return ImageObs(shape, channels_last=not shape[0] < shape[2], scale=1.0 if obs_space.dtype == np.bool_ else 1.0 / 255.0)
+        high = float(np.max(obs_space.high)) if obs_space.dtype == np.uint8 else 1.0
+        return ImageObs(shape, channels_last=not shape[0] < shape[2], scale=1.0 / max(1.0, min(high, 255.0)))
 
 
 def space_leaves(space) -> dict:

@@ -142,8 +142,8 @@ class ActionHeads:
         if self.kind == "discrete":
             return logits.argmax(dim=1)
         if self.kind == "binary":
-            return (logits > 0).long().reshape(len(logits), *self.shape)
+            return (logits > 0).long().reshape(-1, *self.shape)  # -1, not len(): a traced batch size stays free
         best = torch.stack([logits[:, a:b].argmax(dim=1) for a, b in self._slices()], dim=1)
         if self.start.any():
             best = best + torch.from_numpy(self.start)
-        return best.reshape(len(logits), *self.shape)
+        return best.reshape(-1, *self.shape)

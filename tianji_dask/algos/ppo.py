@@ -113,7 +113,7 @@ class PPO(SegmentActorCritic, Algorithm):
         obs = cat_obs(parts.pop("obs"), np.concatenate)
         batch = {k: torch.from_numpy(np.concatenate(v)).to(self.device) for k, v in parts.items()}
         # uint8 frames stay uint8 until a minibatch is encoded
-        batch["obs"] = map_obs(lambda v: torch.from_numpy(v).to(self.device).flatten(1), obs)
+        batch["obs"] = map_obs(lambda v: torch.from_numpy(v).to(self.device).reshape(len(v), -1), obs)
         return batch
 
     @staticmethod

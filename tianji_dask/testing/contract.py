@@ -16,6 +16,7 @@ import torch
 from pydantic import ValidationError
 
 from tianji_dask.algos import Algorithm, resolve_algorithm, validate_config
+from tianji_dask.chunk import obs_leaves
 from tianji_dask.core import checkpoint
 from tianji_dask.envs.play import DETERMINISTIC
 from tianji_dask.envs.rollout import Rollout
@@ -185,8 +186,9 @@ class _Checker:
         self.check_actions("act_recurrent", algo, obs, actions, extras)
 
     def check_actions(self, method: str, algo: Algorithm, obs, actions, extras: dict) -> None:
-        """What ``act`` (or ``act_recurrent``) returned for ``obs``: one row each, in the action space."""
-        n = len(obs)
+        """What ``act`` (or ``act_recurrent``) returned for ``obs``: one row each, in the action space
+        (a Dict or Tuple observation's rows: those of its leaves)."""
+        n = len(next(iter(obs_leaves(obs).values()))) if isinstance(obs, (dict, tuple)) else len(obs)
         if not isinstance(actions, np.ndarray) or len(actions) != n:
             self.fail(method, f"actions must be an array with one row per observation ({n}), got {_shape(actions)}")
             raise _Failed
