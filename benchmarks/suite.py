@@ -53,6 +53,11 @@ SUITES = {
     "halfcheetah": [
         (("halfcheetah_sac",), ("tianji", "sb3"), range(1)),
     ],
+    # Dict observations and action masks: SB3's MultiInputPolicy PPO on MiniGrid, sb3-contrib's MaskablePPO
+    # on tic-tac-toe (benchmarks/peers/run_peer.py, SB3_SPACES)
+    "spaces": [
+        (("minigrid_doorkey_ppo", "tictactoe_masked_ppo"), ("tianji", "sb3"), range(5)),
+    ],
     "protocol": [
         (PROTOCOL_TASKS, ("tianji", "sb3"), range(5)),
         (PROTOCOL_TASKS, ("rllib",), range(3)),
@@ -67,7 +72,8 @@ SUITES = {
 BUDGET_S = {
     "cartpole_ppo": 300, "cartpole_dqn": 300, "lunarlander_ppo": 600, "lunarlander_dqn": 800,
     "pendulum_sac": 400, "hopper_ppo": 1800, "halfcheetah_sac": 1800, "minatar_breakout_ppo": 900,
-    "minatar_breakout_dqn": 900, "cartpole_novel_ppo_lstm": 600,
+    "minatar_breakout_dqn": 900, "cartpole_novel_ppo_lstm": 600, "minigrid_doorkey_ppo": 600,
+    "tictactoe_masked_ppo": 300,
 }
 #: (system, task) run with our pipeline's settings rather than the system's own
 SAME_SETTINGS = {("sb3-same", "pendulum_sac"), ("sb3", "minatar_breakout_ppo"), ("sb3", "minatar_breakout_dqn"),

@@ -94,24 +94,29 @@ def _unpack(layout: list, stamps: dict, buffer) -> SampleChunk:
     return chunk
 
 
+def tree_leaves(tree, children=None) -> dict:
+    """The leaves of nested dicts and tuples by path, keys and indices joined with dots, in their
+    order. ``children(node)``: a node's dict or tuple of children, None for a leaf; by default a
+    dict, tuple or list is a node and anything else a leaf."""
+    out: dict = {}
+
+    def walk(prefix: str, node) -> None:
+        kids = children(node) if children is not None else node if isinstance(node, (dict, tuple, list)) else None
+        if kids is None:
+            out[prefix[:-1]] = node
+            return
+        for key, sub in (kids.items() if isinstance(kids, dict) else enumerate(kids)):
+            walk(f"{prefix}{key}.", sub)
+
+    walk("", tree)
+    return out
+
+
 def obs_leaves(obs) -> dict[str, np.ndarray]:
     """A Dict or Tuple observation (nested dicts and tuples of arrays, as gymnasium's spaces and
     vector envs give them) as one flat dict ``{path: array}``, paths joined with dots, in the
     order of the observation (a dict already flat comes back as it is)."""
-    out: dict[str, np.ndarray] = {}
-
-    def walk(prefix: str, value) -> None:
-        if isinstance(value, dict):
-            for key, sub in value.items():
-                walk(f"{prefix}{key}.", sub)
-        elif isinstance(value, (tuple, list)):
-            for i, sub in enumerate(value):
-                walk(f"{prefix}{i}.", sub)
-        else:
-            out[prefix[:-1]] = value
-
-    walk("", obs)
-    return out
+    return tree_leaves(obs)
 
 
 def leaf_dtype(dtype) -> np.dtype:

@@ -42,9 +42,14 @@ TASKS = {
     "minatar_breakout_dqn": ("MinAtar/Breakout-v1", "dqn", 10.0),
     "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
     "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
+    "minigrid_doorkey_ppo": ("MiniGridDict-v0", "ppo", 0.9),
+    "tictactoe_masked_ppo": ("TicTacToe-v0", "ppo_masked", 0.8),
 }
 WINDOW = 100
-MASKED_ENVS = Path(__file__).resolve().parents[2] / "tianji_dask" / "envs" / "masked.py"
+ENVS = Path(__file__).resolve().parents[2] / "tianji_dask" / "envs"
+MASKED_ENVS = ENVS / "masked.py"
+#: the project's own env files a peer loads (each imports gymnasium, numpy and its env's package only)
+OWN_ENVS = {"CartPoleNoVel-v1": MASKED_ENVS, "MiniGridDict-v0": ENVS / "minigrid.py", "TicTacToe-v0": ENVS / "tictactoe.py"}
 
 
 def register_env_ids(env_id: str) -> None:
@@ -54,10 +59,10 @@ def register_env_ids(env_id: str) -> None:
         import minatar.gym
 
         minatar.gym.register_envs()
-    if env_id == "CartPoleNoVel-v1":  # the project's own masked CartPole, the very file (numpy and gymnasium only)
+    if env_id in OWN_ENVS:  # the project's own env, the very file (CartPoleNoVel, MiniGrid's Dict, tic-tac-toe)
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("tianji_masked_envs", MASKED_ENVS)
+        spec = importlib.util.spec_from_file_location(f"tianji_envs_{OWN_ENVS[env_id].stem}", OWN_ENVS[env_id])
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
@@ -114,6 +119,19 @@ SB3_ZOO = {
         policy_kwargs=dict(ortho_init=False, activation_fn="relu", lstm_hidden_size=64, enable_critic_lstm=True,
                            net_arch=dict(pi=[64], vf=[64]))),
         lin={"learning_rate": 0.001, "clip_range": 0.2}),
+}
+# Dict observations and action masks: SB3's MultiInputPolicy (its CombinedExtractor: MiniGrid's
+# grid, whose codes' bounds are not 0-255, flattened; the direction one-hot) with RL Zoo's
+# hyperparams/ppo.yml MiniGrid-DoorKey-5x5-v0 entry (after rl-starter-files), the zoo's
+# VecNormalize on the grid (a Discrete key is not normalized) and the rewards; sb3-contrib's
+# MaskablePPO with its defaults (PettingZoo's SB3 action-mask tutorial uses them) on 8 envs, the
+# policy fed the board and the mask, the env's action_masks() masking its logits.
+SB3_SPACES = {
+    "minigrid_doorkey_ppo": dict(n_timesteps=1e5, n_envs=8, normalize=True, norm_obs_keys=["image"],
+                                 env_kwargs={"base": "MiniGrid-DoorKey-5x5-v0"}, policy="MultiInputPolicy", kwargs=dict(
+        n_steps=128, batch_size=64, gae_lambda=0.95, gamma=0.99, n_epochs=10, ent_coef=0.0, learning_rate=2.5e-4,
+        clip_range=0.2)),
+    "tictactoe_masked_ppo": dict(n_timesteps=1e6, n_envs=8, policy="MultiInputPolicy", kwargs=dict(n_steps=256)),
 }
 SB3_MAX_STEPS = 50_000_000  # the learn() horizon; runs stop on solve or time long before
 
@@ -222,7 +240,7 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict, same: bool =
     minatar = task in SB3_MINATAR
     if same and task not in SB3_SAME:
         raise ValueError(f"sb3-same: only the tasks {', '.join(SB3_SAME)}, not {task}")
-    zoo = SB3_MINATAR[task] if minatar else SB3_SAME[task] if same else SB3_ZOO[task]
+    zoo = SB3_MINATAR[task] if minatar else SB3_SAME[task] if same else SB3_SPACES.get(task) or SB3_ZOO[task]
     kwargs = dict(zoo["kwargs"])
     horizon = SB3_MAX_STEPS
     frac = zoo["n_timesteps"] / horizon  # the zoo's schedule length as a fraction of learn()'s
@@ -245,22 +263,31 @@ def run_sb3(task: str, seed: int, max_seconds: float, record: dict, same: bool =
         if algo == "ppo":
             kwargs["policy_kwargs"]["share_features_extractor"] = False
     register_env_ids(env_id)
-    env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed)  # each env wrapped in Monitor: raw returns
+    # each env wrapped in Monitor: raw returns
+    env = make_vec_env(env_id, n_envs=zoo["n_envs"], seed=seed, env_kwargs=zoo.get("env_kwargs"))
     if zoo.get("normalize"):  # the zoo's VecNormalize, outside the Monitors
         from stable_baselines3.common.vec_env import VecNormalize
 
-        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99), norm_reward=zoo.get("norm_reward", True))
+        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99), norm_reward=zoo.get("norm_reward", True),
+                           **({"norm_obs_keys": zoo["norm_obs_keys"]} if "norm_obs_keys" in zoo else {}))
     if algo == "ppo_lstm":
         from sb3_contrib import RecurrentPPO
 
         cls, policy = RecurrentPPO, "MlpLstmPolicy"
+    elif algo == "ppo_masked":
+        from sb3_contrib import MaskablePPO
+
+        cls, policy = MaskablePPO, zoo["policy"]
     else:
-        cls, policy = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo], "MlpPolicy"
+        cls, policy = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}[algo], zoo.get("policy", "MlpPolicy")
     model = cls(policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
     record.update(t_built=time.time(), config={"n_envs": zoo["n_envs"], "zoo_n_timesteps": zoo["n_timesteps"], **zoo["kwargs"],
                                           **{k: f"lin_{v}" for k, v in zoo.get("lin", {}).items()}})
     if same:
         record["config"].update(source="our pendulum_sac pipeline's network, batch and update ratio")
+    if task in SB3_SPACES:
+        record["config"].update(policy=policy, algorithm=cls.__name__,
+                                source="RL Zoo ppo.yml" if cls is sb3.PPO else "sb3-contrib MaskablePPO defaults")
     if minatar:  # not RL-Zoo's: n_timesteps is the exploration schedule's length
         record["config"].update(source="our minatar_breakout pipelines (MinAtar paper)", network=MINATAR_NETWORK,
                                 net_arch=[], **({"share_features_extractor": False} if algo == "ppo" else {}))
@@ -511,7 +538,7 @@ def main(argv=None) -> int:
                 return None
 
         record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "sb3-contrib", "tianshou", "minatar",
-                                                      "torch", "gymnasium")}
+                                                      "minigrid", "pettingzoo", "torch", "gymnasium")}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()

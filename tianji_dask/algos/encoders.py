@@ -17,6 +17,7 @@ import torch
 from pydantic import AfterValidator
 from torch import nn
 
+from tianji_dask.chunk import tree_leaves
 from tianji_dask.importing import load_object
 
 ALLOWED = ("'module:factory', a function of an importable module taking the observation space and "
@@ -54,23 +55,15 @@ def space_leaves(space) -> dict:
     """The leaf spaces of a Dict or Tuple space (nested), by path (keys and indices joined with
     dots, as ``chunk.obs_leaves`` names an observation's leaves); any other space is its own one
     leaf, path "". ValueError for a Dict key that is not a string or holds a dot."""
-    out = {}
+    def children(sub):
+        kids = getattr(sub, "spaces", None)
+        if isinstance(kids, dict):
+            bad = next((k for k in kids if not isinstance(k, str) or "." in k or not k), None)
+            if bad is not None:
+                raise ValueError(f"observation key {bad!r}: allowed: non-empty strings without dots")
+        return kids if isinstance(kids, (dict, tuple)) else None
 
-    def walk(prefix: str, sub) -> None:
-        children = getattr(sub, "spaces", None)
-        if isinstance(children, dict):
-            for key, child in children.items():
-                if not isinstance(key, str) or "." in key or not key:
-                    raise ValueError(f"observation key {prefix}{key!r}: allowed: non-empty strings without dots")
-                walk(f"{prefix}{key}.", child)
-        elif isinstance(children, tuple):
-            for i, child in enumerate(children):
-                walk(f"{prefix}{i}.", child)
-        else:
-            out[prefix[:-1]] = sub
-
-    walk("", space)
-    return out
+    return tree_leaves(space, children)
 
 
 def _as_image(obs: torch.Tensor, image: ImageObs) -> torch.Tensor:

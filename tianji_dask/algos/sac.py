@@ -73,7 +73,8 @@ class SACConfig(AlgoConfig):
     #: include the replay contents in state_dict() (large; off: a resumed run refills it)
     checkpoint_replay: bool = False
     #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
-    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled (a Dict's: a dict of
+    #: its leaves, less an action_mask), to (B, width)
     #: features. It replaces the built-in MLP input or convolutional encoder of the actor, both Q
     #: networks and their targets (an instance each; the Q networks take (features, action)); image
     #: observations are then accepted; the trunks (``hidden``), heads and losses stay. Workers must be

@@ -59,7 +59,8 @@ class SegmentConfig(AlgoConfig):
     #: normalize observations by their running mean and std (CleanRL's NormalizeObservation; MuJoCo)
     normalize_obs: bool = False
     #: your own observation encoder, 'module:factory': ``factory(obs_space)`` returns (torch.nn.Module,
-    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled, to (B, width)
+    #: width), the module mapping float32 observations (B, *obs_space.shape), unscaled (a Dict's: a dict of
+    #: its leaves, less an action_mask), to (B, width)
     #: features. It replaces the built-in MLP input or convolutional encoder of the actor and the critic
     #: (an instance each, one with shared_trunk); the trunks (``hidden``), heads and losses stay.
     #: Workers must be able to import the module
