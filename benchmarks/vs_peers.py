@@ -69,7 +69,7 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
     "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
     "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
     "minigrid_doorkey_ppo": ("MiniGridDict-v0", "ppo", 0.9),
-    "tictactoe_masked_ppo": ("TicTacToe-v0", "ppo_masked", 0.8),
+    "tictactoe_masked_ppo": ("TicTacToe-v0", "ppo_masked", 0.75),
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
 PEERS = ("rllib", "sb3", "sb3-same", "cleanrl", "tianshou")

@@ -43,7 +43,7 @@ TASKS = {
     "minatar_breakout_ppo": ("MinAtar/Breakout-v1", "ppo", 10.0),
     "cartpole_novel_ppo_lstm": ("CartPoleNoVel-v1", "ppo_lstm", 475.0),
     "minigrid_doorkey_ppo": ("MiniGridDict-v0", "ppo", 0.9),
-    "tictactoe_masked_ppo": ("TicTacToe-v0", "ppo_masked", 0.8),
+    "tictactoe_masked_ppo": ("TicTacToe-v0", "ppo_masked", 0.75),
 }
 WINDOW = 100
 ENVS = Path(__file__).resolve().parents[2] / "tianji_dask" / "envs"
