@@ -179,7 +179,7 @@ def test_cli_process_exits_2_without_traceback(bad_env_process):
 @pytest.mark.parametrize(
     "changes,message",
     [
-        ({"env__id": "Pendulum-v1"}, "algo.name: DQN: only Discrete action spaces are supported"),
+        ({"env__id": "Pendulum-v1"}, "algo.name: DQN: action space Box(-2.0, 2.0, (1,), float32) is not supported; allowed: Discrete"),
         ({"algo__name": "sac", "algo__config": {}}, "algo.name: sac: only Box (continuous, one-dimensional) action spaces are supported"),
         ({"env__id": "CarRacing-v3", "algo__name": "sac", "algo__config": {}}, "algo.name: sac: continuous actions need flat Box observations"),
         ({"env__id": "sleepy_env:UnboundedPendulum-v0", "algo__name": "sac", "algo__config": {}},
