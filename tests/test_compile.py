@@ -132,7 +132,10 @@ def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_pat
             pytest.fail(f"learner.compile went {seen + [state]}; the compile thread: {_compile_stacks(tianji_client)}")
         seen += [state] if not seen or seen[-1] != state else []
         time.sleep(0.2)
-    time.sleep(2)  # a few compiled updates
+    installed = run.status()["updates"]
+    while run.status()["updates"] < installed + 5:  # a few compiled updates
+        assert time.time() < deadline, "no update after the compiled loss was installed"
+        time.sleep(0.2)
     run.stop()
     r = run.wait()
     c = r["learner_compile"]

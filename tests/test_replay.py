@@ -10,8 +10,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from test_algos import ACT, OBS, hand_chunk
-from test_continuous import BOX, box_chunk
+from helpers import hand_chunk
+from test_algos import ACT, OBS
+from helpers import box_chunk
+from test_continuous import BOX
 
 from tianji_dask.algos.dqn import DQN, DQNConfig
 from tianji_dask.algos.replay_buffer import VERSION, PrioritizedReplayBuffer, ReplayBuffer, SumTree

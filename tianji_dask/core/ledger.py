@@ -180,8 +180,9 @@ class Ledger:
             setattr(self, key, state[key])
         self._recent_returns.clear()
         self._recent_returns.extend(state["recent_returns"])
-        self.solved_online_at = None if state["solved_s"] is None else self.t_run_start + state["solved_s"]
         self.evals = [{**row, "t": row["t"] + self.t_run_start} for row in state.get("evals", [])]
+        # solved by this run's rules, which a resume may have changed (a new target, or none: train on)
+        self.solved_online_at = self.rules.solved_at(self.episodes.all(), self.evals)
         # a checkpoint from before updates were measured so has none: the run's measure starts here
         self.replay_staleness = self._rows("replay_staleness", 1, state.get("replay_staleness"))
 
