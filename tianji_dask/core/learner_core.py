@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from tianji_dask.core import checkpoint
+from tianji_dask.core import checkpoint, summary
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.consumption import Consumption
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
@@ -87,7 +87,7 @@ class LearnerCore:
 
     def timed(self, part: str):
         """A block whose wall time counts toward ``part`` of the learner's time (``Ledger.timed``)."""
-        return self.ledger.timed(part)
+        return self.ledger.time.timed(part)
 
     def exploration(self) -> dict:
         """What explorers act with now, given the learner's progress (``Algorithm.exploration``)."""
@@ -174,7 +174,7 @@ class LearnerCore:
         if self.replay_log is not None:
             self.replay_log.record(chunk, self.ledger.updates, dropped is not None, explore)
         if dropped is None:
-            with self.ledger.timed("ingest"):
+            with self.ledger.time.timed("ingest"):
                 kept = self.algo.ingest(chunk, staleness)
             if kept == 0:
                 dropped = "algorithm"
@@ -223,7 +223,7 @@ class LearnerCore:
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
         if self.checkpointer.due(self.version):
-            with self.ledger.timed("checkpoint"):
+            with self.ledger.time.timed("checkpoint"):
                 self.write_checkpoint()
 
     def new_version(self) -> None:
@@ -298,11 +298,11 @@ class LearnerCore:
         ledger.request_stop("stopped")
         ledger.t_end = time.time()
         episodes, chunks = ledger.arrays()
-        results = ledger.results(self.version, arrays=(episodes, chunks), extra={
+        results = summary.results(ledger, self.version, arrays=(episodes, chunks), extra={
             "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(),
             "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
-            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
+            "learner_time": ledger.time.breakdown(ledger.t_end - ledger.t_run_start, ledger.learn_s),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(),
             "learner_compile": self.compile_summary(), **(extra or {}),
