@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -73,3 +80,52 @@ def set_linear(linear: torch.nn.Linear, weight, bias):
     with torch.no_grad():
         linear.weight.copy_(torch.tensor(weight, dtype=torch.float32))
         linear.bias.copy_(torch.tensor(bias, dtype=torch.float32))
+
+
+def spawn(args: list[str], log) -> subprocess.Popen:
+    """``python -m ARGS``, its output into ``log``."""
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_for(what: str, check, timeout: float, log_path: Path):
+    """``check()``'s first truthy value; AssertionError naming ``what``, with the log's end, if
+    none comes within ``timeout`` (which only guards a hang)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s\n{log_path.read_text()[-4000:]}")
+
+
+@contextlib.contextmanager
+def external_cluster(log_path: Path):
+    """A ``dask scheduler`` (with the tianji preload) and two hand-started workers, one LEARNER and
+    one EXPLORER, as separate processes on 127.0.0.1, their output into ``log_path``. Yields
+    (scheduler address, the list of processes: scheduler first; append more to have them ended too)."""
+    log = open(log_path, "w+")
+    procs = [spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                    "--preload", "tianji_dask.preload"], log)]
+    try:
+        def scheduler_address():
+            m = re.search(r"Scheduler at:\s+(tcp://\S+)", log_path.read_text())
+            return m and m.group(1)
+
+        address = wait_for("the scheduler's start", scheduler_address, 60, log_path)
+        procs.append(spawn(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
+                            "--resources", "LEARNER=1", "--name", "learner"], log))
+        procs.append(spawn(["distributed.cli.dask_worker", address, "--nthreads", "2", "--no-dashboard",
+                            "--resources", "EXPLORER=2", "--name", "explorer"], log))
+        yield address, procs
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()

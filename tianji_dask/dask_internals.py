@@ -88,6 +88,48 @@ def actor_handle(cls, address: str, key: str, worker):
     return Actor(cls, address, key, worker=worker)
 
 
+def worker_actors(worker) -> list:
+    """The actor instances a worker holds (its state's ``actors``: key -> instance): a worker
+    plugin or preload finds the learner it hosts there."""
+    return list(worker.state.actors.values())
+
+
+def scheduler_alive(client, timeout: float = 5.0) -> bool:
+    """Does the client's scheduler answer within ``timeout`` seconds? A client whose scheduler
+    died says so in ``status`` ("connecting" while it retries, then "closed"); one that has not
+    noticed yet is asked (the scheduler's ``identity`` handler)."""
+    if client.status != "running":
+        return False
+    try:
+        client.sync(client.scheduler.identity, callback_timeout=timeout)
+    except Exception:  # noqa: BLE001 - whatever the broken connection raises
+        return False
+    return True
+
+
+def scheduler_address(client) -> str:
+    """The address the client connects to its scheduler at (kept after the connection is lost)."""
+    return str(client.scheduler.address) if client.scheduler is not None else "?"
+
+
+def drop_client(client) -> None:
+    """Let go of a client whose scheduler is gone: it gives up reconnecting after its connect
+    timeout, or is cancelled as the process ends; distributed's lines about either (a traceback
+    for the cancellation) are dropped: the run says what happened in its own."""
+    import logging
+
+    logging.getLogger("distributed.client").addFilter(_not_a_failed_reconnect)
+
+
+def _not_a_failed_reconnect(record) -> bool:
+    """Not the line that a client failed to reconnect, nor the traceback of its reconnection
+    cancelled as the process ends."""
+    import asyncio
+
+    cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
+    return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
+
+
 def actor_address(actor) -> str | None:
     """The address of the worker an actor handle points to (None for no handle): Dask has no
     public name for it, and the run needs it to know which worker its learner lives on."""

@@ -11,6 +11,15 @@ class RunFault(RuntimeError):
     is the one line to show (exit 1 in the CLI)."""
 
 
+class SchedulerLost(RuntimeError):
+    """The run's scheduler stopped answering (``address``): Dask's workers close with it, so the
+    run's learners have ended; the run writes what it has and says how to resume."""
+
+    def __init__(self, address: str):
+        super().__init__(f"the scheduler at {address} was lost")
+        self.address = address
+
+
 class ExplorerError(RuntimeError):
     """What an explorer's chunk raised (its env, or the algorithm's acting); ``str()`` is one line
     naming the stream, the env and, when the algorithm raised it, the class and method; ``detail``

@@ -14,7 +14,7 @@ from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.errors import RunFault
+from tianji_dask.errors import RunFault, SchedulerLost
 from tianji_dask.run import results_writer, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import check_pipeline
@@ -22,6 +22,8 @@ from tianji_dask.run.groups import groups_stop_reason, pool_status
 from tianji_dask.run.startup import process_start_time
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
+#: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
+FINALS_WAIT_S = 15.0
 
 
 def as_pipeline(pipeline, overrides: dict | None) -> Pipeline:
@@ -81,6 +83,7 @@ class Run:
         self._attaching = False  # made by ``attach``: ``start`` reconnects to the run instead
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._finals: list[dict] | None = None  # one per learner
+        self._last_status: dict | None = None  # the last status a poll brought
         self.results: dict | None = None
         #: newer checkpoints a resume passed over, one line each (damaged files)
         self.skipped_checkpoints: list[str] = []
@@ -299,10 +302,13 @@ class Run:
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
-            reports = backend.reports(poll_s)
+            try:
+                reports = backend.reports(poll_s)
+            except SchedulerLost as lost:
+                return self._write_after(lost)
             if reports is None:
                 continue  # a learner was rebuilt: ask again
-            status = self._pooled(reports)
+            status = self._last_status = self._pooled(reports)
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
@@ -336,6 +342,21 @@ class Run:
         self.close()
         t_stop = results["t_run_start"] + results["wall_s"]
         self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
+        return results
+
+    def _write_after(self, lost: SchedulerLost) -> dict:
+        """The scheduler was lost, its workers with it: the results from what each learner wrote
+        as its worker closed (or what this driver last heard), and the line that says so."""
+        backend = self._backend
+        results, episodes, chunks, replay = results_writer.after_lost_scheduler(
+            lost, backend.finals_left(FINALS_WAIT_S), self.pipeline, run_id=self.run_id, rules=self._rules,
+            out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
+            startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start)
+        results["learner_restarts"] = backend.learners.restarts
+        backend.abandon()
+        self.results = results
+        self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
+        self.close()
         return results
 
     def close(self) -> None:

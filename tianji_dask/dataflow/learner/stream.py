@@ -164,6 +164,19 @@ class ExplorerStream:
             self.sink.discard(future.key)  # its bytes may have come (or still come) directly
         return arrival
 
+    @property
+    def submitted(self) -> int:
+        """Explorer tasks this learner has submitted."""
+        return self._serial
+
+    def forget_all(self) -> list[tuple[str, int]]:
+        """Drop every task still out without a word to the scheduler (it is gone); returns their
+        (key, stream)."""
+        out = [(key, entry.stream) for key, entry in self._in_flight.items()]
+        self._in_flight.clear()
+        self._ac.clear()
+        return out
+
     def cancel_all(self) -> list[tuple[str, int]]:
         """Cancel every task still out; returns their (key, stream). Their credits come back
         when the scheduler forgets them."""
