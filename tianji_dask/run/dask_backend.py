@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from tianji_dask.dataflow.learner.closing import LearnerCloseGuard, guard_name, read_final
+from tianji_dask.dataflow.learner.closing import LearnerCloseGuard, guard_name
+from tianji_dask.dataflow.learner.final_books import read_final
 from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError
