@@ -12,7 +12,7 @@ import time
 from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError, RunFault
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
-from tianji_dask.run import accounting, specs
+from tianji_dask.run import accounting, preflight, specs
 from tianji_dask.run.backend import Backend, RunPlan
 from tianji_dask.run.worker_checks import check_worker_imports
 
@@ -72,6 +72,7 @@ class DaskBackend(Backend):
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
         check_worker_imports(client, p)
+        preflight.check_worker(client, plan)  # the env made, stepped and checked on an explorer worker
         client.register_plugin(StalenessController(), name="tianji")
         register_worker_plugin(client, name=pool_name(plan.run_id), plugin=EnvPool(
             plan.run_id, p.env.id, p.env.num_envs, p.env.kwargs, plan.prepared.make_algo, p.seed + plan.env_seed,
