@@ -213,6 +213,26 @@ def test_env_errors_are_counted_with_first_and_last_lines_and_judged_per_minute(
     assert "... 10 errors not kept here ..." in text and "tb9\n" in text and "tb10\n" not in text and "tb29" in text
 
 
+def test_group_mode_pools_the_groups_env_errors_and_keeps_one_text():
+    from tianji_dask.core.env_errors import pooled
+
+    a, b = EnvErrors(), EnvErrors()
+    a.record(0, "x", "tb-x", now=1.0)
+    b.record(3, "y", "tb-y", now=2.0)
+    b.record(3, "z", "tb-z", now=3.0)
+    per = [a.summary(), b.summary(), EnvErrors().summary()]
+    run = pooled(per)
+    assert run == {**run, "count": 3, "first": "x", "last": "z", "per_stream": {"0": 1, "3": 2}}
+    assert run["tracebacks"].startswith("group 0:\n") and "group 1:\n" in run["tracebacks"] and "group 2" not in run["tracebacks"]
+    assert all("tracebacks" not in group for group in per)
+
+
+def test_check_algorithm_takes_an_env_as_env_id_takes_it():
+    from tianji_dask.testing import check_algorithm
+
+    assert check_algorithm("ppo", Corridor) == [] and check_algorithm("ppo", CORRIDOR, env_kwargs={"length": 5}) == []
+
+
 def _flaky(every: int, grace: int = 10) -> list:
     return [{"name": FLAKY, "kwargs": {"every": every, "grace": grace}}]
 
