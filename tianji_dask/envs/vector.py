@@ -49,11 +49,6 @@ class EnvId(str):
         return (EnvId, (str(self), self.register, self.spec, self.wrappers, self.source))
 
 
-def with_register(env_id: str, spec: str | None) -> str:
-    """``env_id`` carrying ``spec`` (an ``EnvId``), or the plain id when there is none."""
-    return EnvId(env_id, spec) if spec else str(env_id)
-
-
 def resolve_register(spec: str):
     """The callable a ``module:callable`` spec names; ValueError (one line) when it is malformed,
     its module cannot be imported or has no such callable."""
@@ -102,7 +97,8 @@ def check_env_id(env_id: str, register_spec: str | None = None) -> None:
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     if not close and "/" in env_id and not getattr(env_id, "register", None):
-        hint = " (a third-party env's ids are registered by importing its module, module:Name-v0, or by calling a function: env.register)"
+        hint = (" (a third-party env's ids are registered by importing its module, module:Name-v0, or by calling a function: "
+                "env.register; an id a notebook or script registered must be registered again in this process)")
     raise ValueError(f"unknown gymnasium id {env_id!r}{hint}")
 
 
