@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from helpers import external_cluster, spawn, wait_for
+from helpers import external_cluster, wait_for
 from tianji_dask.core import checkpoint
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import time
 
@@ -297,3 +298,33 @@ def dashboard_template():
         return env.get_template("simple.html")
     except Exception:  # noqa: BLE001 - a plain page is fine
         return None
+
+
+class _QuietTaskErrors(logging.Filter):
+    """Leaves out the "Compute Failed" record (the task, its exception and traceback) distributed's
+    worker logs for each erred task whose key starts with one of ``prefixes``."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Compute Failed"):
+            return True
+        key = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (isinstance(key, str) and key.startswith(self.prefixes))
+
+
+def quiet_task_errors(prefixes: tuple[str, ...]) -> logging.Filter:
+    """Not public API: the worker logs an erred task as a message "Compute Failed" on its module's
+    logger, ``distributed.worker``, with the key as the first argument, and a LocalCluster's workers
+    write it to the driver's terminal. A run that reports what its tasks raised in one line of its
+    own (explorer and evaluation tasks) leaves those records out on its workers; the filter is
+    returned for ``loud_task_errors``."""
+    quiet = _QuietTaskErrors(tuple(prefixes))
+    logging.getLogger("distributed.worker").addFilter(quiet)
+    return quiet
+
+
+def loud_task_errors(quiet: logging.Filter) -> None:
+    logging.getLogger("distributed.worker").removeFilter(quiet)

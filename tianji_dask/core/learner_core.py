@@ -14,6 +14,7 @@ import numpy as np
 from tianji_dask.core import checkpoint, summary
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.consumption import Consumption
+from tianji_dask.core.env_errors import EnvErrors
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.exact_replay_log import ExactReplayLog, weights_digest
@@ -62,6 +63,7 @@ class LearnerCore:
                 self.replay_log.not_replayable("the learner continued from a checkpoint (resumed or rebuilt)")
             if spec.device != "cpu":
                 self.replay_log.not_replayable(f"the learner trained on {spec.device}, which is not bit-for-bit repeatable")
+        self.env_errors = EnvErrors(spec.env_max_errors)
         self.error: str | None = None
         self.error_detail: str | None = None  # the traceback behind error, when there is one
         self._tensorboard = None
@@ -198,6 +200,13 @@ class LearnerCore:
     def record_lost(self, key: str, explorer_id: int, why: str) -> None:
         self.ledger.record_lost(key, explorer_id, why)
 
+    def record_env_error(self, explorer_id: int, line: str, detail: str | None) -> None:
+        """An env raised (its chunk is lost, recorded apart): counted, and the run stopped when
+        ``env.max_errors`` is exceeded (env_errors.py)."""
+        stop = self.env_errors.record(explorer_id, line, detail)
+        if stop is not None and self.error is None:
+            self.fail(stop, "env_errors", detail=detail)
+
     def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
         """An evaluation of policy ``version`` ended at ``t`` (see ``Ledger.record_eval``)."""
         row = self.ledger.record_eval(t, version, returns)
@@ -305,7 +314,7 @@ class LearnerCore:
             "learner_time": ledger.time.breakdown(ledger.t_end - ledger.t_run_start, ledger.learn_s),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(),
-            "learner_compile": self.compile_summary(), **(extra or {}),
+            "learner_compile": self.compile_summary(), "env_errors": self.env_errors.summary(), **(extra or {}),
         })
         ledger.discard_spill()  # the rows go out with the results (read for their summaries first)
         if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time

@@ -13,7 +13,7 @@ from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
-from tianji_dask.run import accounting, specs
+from tianji_dask.run import accounting, preflight, specs
 from tianji_dask.run.backend import Backend, RunPlan
 from tianji_dask.run.supervisor import LearnerSupervisor
 from tianji_dask.run.worker_checks import check_worker_imports
@@ -62,6 +62,7 @@ class DaskBackend(Backend):
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
         check_worker_imports(client, p)
+        preflight.check_worker(client, plan)  # the env made, stepped and checked on an explorer worker
         client.register_plugin(StalenessController(), name="tianji")
         # a learner whose worker closes under it (its scheduler lost) checkpoints and writes its books first
         register_worker_plugin(client, name=guard_name(plan.run_id), plugin=LearnerCloseGuard(plan.run_id))

@@ -91,6 +91,8 @@ class Loop:
                 self._pending.append(arrival)
                 continue
             self.core.record_lost(arrival.key, arrival.stream, arrival.lost)
+            if arrival.env_error:  # counted, its traceback kept for the run's env_errors.txt; env.max_errors judged
+                self.core.record_env_error(arrival.stream, arrival.lost, arrival.detail)
             if arrival.failed and arrival.failures >= self.spec.max_explorer_failures:
                 self.core.fail(f"explorer {arrival.stream} failed {arrival.failures} chunks in a row; last: {arrival.lost}",
                                "explorer_failures", detail=arrival.detail)
