@@ -53,7 +53,7 @@ def _worker_metrics(worker) -> dict:
     """What the dashboard's worker table shows of the env pools on one worker."""
     pools = _pools(worker)
     return {"env_steps": sum(p.env_steps for p in pools),
-            "policy_version": max((v for p in pools for v in p._versions.values()), default=-1),
+            "policy_version": max((p.newest_version() for p in pools), default=-1),
             "streams": sum(len(p.rollouts) for p in pools)}
 
 
@@ -154,6 +154,10 @@ class EnvPool(WorkerPlugin):
             entry = policies[group] = LoadedPolicy(entry.policy, policy_version)
             self._versions[group] = max(self._versions.get(group, -1), policy_version)
         return entry.policy
+
+    def newest_version(self) -> int:
+        """The newest policy version any thread of this pool acts with (-1: none yet)."""
+        return max(self._versions.values(), default=-1)
 
     def count(self, env_steps: int) -> None:
         with self._lock:
