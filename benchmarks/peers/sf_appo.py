@@ -16,14 +16,16 @@ in their own process, started by the runner in this one. Settings by task (``set
   (Hopper-v4). They ask for 8 rollout workers of 8 envs: here as many workers as cores, with the
   same 64 envs among them, so each training iteration gets the same samples.
 - lunarlander_ppo ("zoo", LunarLander-v2): Sample Factory publishes no LunarLander settings, so
-  RL-Zoo's LunarLander PPO settings (16 envs x 1024 steps a rollout, minibatches of 64 (256 of them a
-  training iteration), 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01) with SB3's defaults the zoo
-  leaves as they are (lr 3e-4, clip 0.2, value coefficient 0.5, gradient norm 0.5, no input or
-  return normalization, reward unscaled, shuffled minibatches), in Sample Factory's synchronous
+  RL-Zoo's LunarLander PPO settings (16 envs x 1024 steps between updates, minibatches of 64 (256
+  of them a training iteration), 4 epochs, gamma 0.999, GAE 0.98, entropy 0.01) with SB3's defaults
+  the zoo leaves as they are (lr 3e-4, clip 0.2, value coefficient 0.5, gradient norm 0.5, no input
+  or return normalization, reward unscaled, shuffled minibatches), in Sample Factory's synchronous
   mode (``async_rl=False``, as its MuJoCo settings; SB3's PPO is synchronous too: asynchronous, the
   1,024 SGD steps a training iteration put the next rollouts past its ``max_policy_lag`` of 1000
   and its learner discarded them as invalid), on the gym example's no-RNN setup; everything else
-  (the 512-512 ELU encoder, ...) Sample Factory's defaults.
+  (the 512-512 ELU encoder, ...) Sample Factory's defaults. Its minibatches are whole rollouts
+  (``batch_size // rollout`` of them; a rollout longer than the minibatch is refused), so an env's
+  1024 steps between updates are 16 rollouts of 64: GAE bootstraps from the value every 64 steps.
 
 Episodes: every training episode Sample Factory reports (its rollout workers send each finished
 episode's raw return and length to the runner, the numbers behind its "Avg episode reward") is
@@ -47,7 +49,7 @@ import time
 CARTPOLE_DOCSTRING = ["--algo=APPO", "--use_rnn=False", "--num_envs_per_worker=20", "--policy_workers_per_policy=2",
                       "--recurrence=1", "--with_vtrace=False", "--batch_size=512", "--reward_scale=0.1",
                       "--save_every_sec=10", "--experiment_summaries_interval=10"]
-ZOO_LUNARLANDER = {"n_envs": 16, "rollout": 1024, "batch_size": 64, "num_batches_per_epoch": 256, "num_epochs": 4,
+ZOO_LUNARLANDER = {"n_envs": 16, "rollout": 64, "batch_size": 64, "num_batches_per_epoch": 256, "num_epochs": 4,
                    "gamma": 0.999, "gae_lambda": 0.98, "exploration_loss_coeff": 0.01, "learning_rate": 3e-4,
                    "ppo_clip_ratio": 0.2, "value_loss_coeff": 0.5, "max_grad_norm": 0.5}
 MUJOCO_ENVS = 64  # mujoco_params: 8 workers x 8 envs
@@ -81,8 +83,9 @@ def settings(task: str, env_id: str) -> tuple[list[str], dict]:
                 f"--ppo_clip_ratio={z['ppo_clip_ratio']}", f"--value_loss_coeff={z['value_loss_coeff']}",
                 f"--max_grad_norm={z['max_grad_norm']}", "--reward_scale=1.0", "--normalize_input=False",
                 "--normalize_returns=False", "--shuffle_minibatches=True"]
-        return argv, {"source": f"RL-Zoo's LunarLander PPO settings on Sample Factory's APPO ({env_id}; Sample "
-                                "Factory publishes none)", "argv": argv}
+        return argv, {"source": f"RL-Zoo's LunarLander PPO settings on Sample Factory, synchronous ({env_id}; Sample "
+                                "Factory publishes none), SB3's defaults where the zoo sets none; rollouts of 64",
+                      "argv": argv}
     raise KeyError(task)
 
 
