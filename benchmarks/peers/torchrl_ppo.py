@@ -38,10 +38,11 @@ CONFIG_MUJOCO = {"frames_per_batch": 2048, "total_frames": 1_000_000, "lr": 3e-4
 CONFIGS = {
     "hopper_ppo": {**CONFIG_MUJOCO, "source": "sota-implementations/ppo config_mujoco.yaml and ppo_mujoco.py, "
                                                 "env_name Hopper-v5"},
-    "cartpole_ppo": {**CONFIG_MUJOCO, "source": "adapted: sota-implementations/ppo config_mujoco.yaml and "
-                                                  "ppo_mujoco.py, a Categorical policy head for discrete actions"},
-    "lunarlander_ppo": {**CONFIG_MUJOCO, "source": "adapted: sota-implementations/ppo config_mujoco.yaml and "
-                                                     "ppo_mujoco.py, a Categorical policy head for discrete actions"},
+    "cartpole_ppo": {**CONFIG_MUJOCO, "source": "sota-implementations/ppo config_mujoco.yaml and ppo_mujoco.py "
+                                                  "(TorchRL's MuJoCo PPO), a Categorical policy head for discrete actions"},
+    "lunarlander_ppo": {**CONFIG_MUJOCO, "source": "sota-implementations/ppo config_mujoco.yaml and ppo_mujoco.py "
+                                                     "(TorchRL's MuJoCo PPO), a Categorical policy head for discrete "
+                                                     "actions"},
 }
 
 
