@@ -15,15 +15,18 @@ from tianji_dask.core.metrics import write_results
 from tianji_dask.core.stop import StopRules
 from tianji_dask.errors import RunFault
 from tianji_dask.run.groups import pool_results
+from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
 
 
 def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, group_stop: str | None,
-             fusion: Callable[[], dict | None], startup: dict, t_process_start: float
-             ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+             fusion: Callable[[], dict | None], startup: dict, t_process_start: float, provenance: dict | None = None,
+             env_seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
     """(results, episodes, chunks, replay log) of the run: one learner's, or every group's pooled
     (``fusion()``: the reducer's rounds, read only then). ``startup``: when each step of the start
-    was reached (Unix times)."""
+    was reached (Unix times). ``provenance``: what the run recorded of its origins as it started
+    (``provenance.at_start``), to which the explorer streams' env seeds are added (``env_seed``:
+    the offset a run continued from a checkpoint adds to the pipeline's seed)."""
     replay = None
     if len(finals) > 1:
         results, episodes, chunks = pool_results(finals, rules, group_stop, fusion())
@@ -38,6 +41,7 @@ def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, 
     )
     results["simulated"] = p.simulated()
     results["startup"] = startup_results(startup, t_process_start, finals)
+    results["provenance"] = {**(provenance or {}), "seeds": stream_seeds(p, env_seed, finals)}
     return results, episodes, chunks, replay
 
 

@@ -120,7 +120,8 @@ def _start(study, base, params: list[Param], slot, client, out: Path, emit) -> A
     values = {p.key: p.suggest(trial) for p in params}
     run_dir = out / "trials" / f"{trial.number:04d}"
     trial.set_user_attr("run_dir", str(run_dir))
-    run = Run(base, client, out=run_dir, overrides=values, learner_worker=slot.learner, explorer_workers=slot.explorers)
+    run = Run(base, client, out=run_dir, overrides=values, learner_worker=slot.learner, explorer_workers=slot.explorers,
+              progress=False)  # trials run side by side: the sweep says what each does
     a = Active(trial, slot, run, values)
     try:
         run.start()
