@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import yaml
+from helpers import cli
 
 from tianji_dask.config import resolve_pipeline_path
 
@@ -74,17 +75,7 @@ def _plain(text: str) -> None:
     assert "Warning" not in text and "warnings.warn" not in text and "Traceback" not in text, text
 
 
-def _main(capsys, *args) -> tuple[int, str, str]:
-    """The CLI run in this process, as the program runs it: (exit status, stdout, stderr). A
-    refusal of argparse's own exits as it would in the program."""
-    from tianji_dask.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
+_main = cli  # the CLI in this process (helpers.cli)
 
 
 @pytest.mark.parametrize("setting,named", [

@@ -11,20 +11,14 @@ import sys
 
 import pytest
 import yaml
+from helpers import cli
 
-from tianji_dask.cli import main
 from tianji_dask.cli.seeds import iqm, summary
 
 COMMANDS = ["train", "resume", "attach", "sweep", "plot", "pipelines", "show", "eval", "export", "replay"]
 
 
-def _main(capsys, *args) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
+_main = cli  # the CLI in this process
 
 
 def test_version_is_the_package_version(capsys):
@@ -181,3 +175,19 @@ def test_seeds_run_one_after_another_and_end_with_a_summary(tmp_path, capsys):
     lines = [line for line in stdout.splitlines() if line.startswith("tianji-dask: seed ")]
     assert [line.split(":")[1].split()[1] for line in lines] == ["3", "1", "3", "1"]  # announced in order, then summed up
     assert f"time-to-solve IQM {record['time_to_solve_iqm_s']:.2f} s over 2 seeds" in stdout
+
+
+@pytest.mark.slow  # trains on its own LocalCluster
+def test_env_and_algo_train_to_their_budget(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "tianji_dask", "train", "--env", "Acrobot-v1", "--algo", "ppo", "-n", "50000",
+                           "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.startswith("tianji-dask: training acrobot_v1_ppo (Acrobot-v1, ppo, relaxed, 2 explorers)"), proc.stdout
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["pipeline_config"]["stop"]["max_env_steps"] == 50_000 and results["target_return"] == -100
+    # the budget, or the env spec's target first (PPO's defaults can solve Acrobot within it)
+    assert (results["stop_reason"], results["solved"]) in {("max_env_steps", False), ("solved", True)}, results["stop_reason"]
+    assert results["stop_reason"] == "solved" or results["env_steps"] >= 50_000
+    assert results["error"] is None and results["updates"] > 0

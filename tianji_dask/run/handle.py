@@ -7,8 +7,10 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import PipelineError, load_pipeline
@@ -21,6 +23,9 @@ from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_status
 from tianji_dask.run.progress import Progress, in_notebook
 from tianji_dask.run.startup import process_start_time
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
@@ -50,7 +55,7 @@ class Run:
     A bad pipeline, setting or argument raises ``PipelineError`` (one line) before anything starts.
     """
 
-    def __init__(self, pipeline: PipelineLike, client=None, *, out: str | os.PathLike | None = None,
+    def __init__(self, pipeline: PipelineLike, client: Client | None = None, *, out: str | os.PathLike | None = None,
                  overrides: dict | None = None, learner_worker: str | None = None,
                  explorer_workers: list[str] | None = None, algorithm: type | str | None = None,
                  callbacks: list | None = None, progress: bool | None = None, verbose: bool = False,
@@ -104,7 +109,7 @@ class Run:
             quiet.say(note)
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None,
+    def resume(cls, run_dir: str | os.PathLike, client: Client | None = None, *, overrides: dict | None = None,
                imported_at: float | None = None, **options) -> "Run":
         """A Run that continues a stopped or crashed run from its newest checkpoint that loads
         (``skipped_checkpoints`` says which newer ones did not, and why), writing to the same
@@ -139,7 +144,8 @@ class Run:
         return run
 
     @classmethod
-    def from_checkpoint(cls, pipeline, checkpoint_path: str | os.PathLike, client=None, *, out, overrides: dict | None = None,
+    def from_checkpoint(cls, pipeline: PipelineLike, checkpoint_path: str | os.PathLike, client: Client | None = None, *,
+                        out: str | os.PathLike, overrides: dict | None = None,
                         **placement) -> "Run":
         """A new run (its own folder) that starts from another run's checkpoint: its weights,
         optimizer moments, version and clock, with this pipeline's settings (population-based
@@ -170,7 +176,7 @@ class Run:
         return self._backend
 
     @property
-    def client(self):
+    def client(self) -> Client | None:
         """The ``distributed.Client`` the run trains on (None in single mode, or before start)."""
         return self._backend.client if self._backend is not None else self._client
 
@@ -281,7 +287,7 @@ class Run:
         with every group's under "groups" in group mode, or one ``group``'s."""
         return self._cluster_backend("controller_state").controller_state(history=history, group=group)
 
-    def live(self, height: int = 1000):
+    def live(self, height: int = 1000) -> str:
         """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
         notebook, with links to it and to the whole dashboard."""
         if not self.dashboard_link:
@@ -310,7 +316,7 @@ class Run:
         if self._backend is not None:
             self._backend.stop()
 
-    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
+    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status: Callable[[dict], None] | None = None) -> dict:
         """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
         if self.results is not None:
             return self.results
@@ -368,9 +374,9 @@ class Run:
         if self._backend is not None:
             self._backend.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Run":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.close()
 

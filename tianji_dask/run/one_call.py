@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from tianji_dask.errors import RunFailed
 from tianji_dask.run.checks import PipelineLike
 from tianji_dask.run.handle import Run
 
+if TYPE_CHECKING:
+    from distributed import Client
 
-def train(pipeline: PipelineLike, client=None, *, out: str | os.PathLike | None = None, timeout: float | None = None,
+
+def train(pipeline: PipelineLike, client: Client | None = None, *, out: str | os.PathLike | None = None, timeout: float | None = None,
           overrides: dict | None = None, algorithm: type | str | None = None, callbacks: list | None = None,
           progress: bool | None = None, verbose: bool = False, **run_options) -> dict:
     """Start a run, wait for it to end, and return its results: the contents of ``results.json``,
