@@ -113,7 +113,7 @@ def test_a_bad_set_names_what_is_allowed(capsys):
 
 
 def test_set_reaches_the_run_and_a_later_setting_wins(cli_training_run):
-    # `train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_seconds=2 --set
+    # `train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_env_steps=6144 --set
     # cluster.dashboard_address=:PORT --verbose` (conftest), PORT taken: one line says which port
     # the dashboard moved to; --verbose lets distributed's own warning of it through as well
     proc, out, port = cli_training_run.proc, cli_training_run.out, cli_training_run.port
@@ -128,7 +128,7 @@ def test_set_reaches_the_run_and_a_later_setting_wins(cli_training_run):
     _plain(proc.stdout + "\n".join(progress))
     assert "Traceback" not in text, text
     results = json.loads((out / "results.json").read_text())
-    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_seconds"] == 2
+    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_env_steps"] == 6144
     assert set(results["controller"]["per_explorer_env_steps"]) == {"0"}
 
 

@@ -199,7 +199,7 @@ class DQN(ReplayPacing, Algorithm):
         batch = {k: torch.from_numpy(v).to(self.device) for k, v in sample.items()}
         batch["obs"] = batch["obs"].float()
         batch["next_obs"] = batch["next_obs"].float()
-        loss, q, target = self.loss(batch)
+        loss, q, target = self.compiled("loss")(batch)
         if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
             self.replay.update_priorities(idx, (q.detach() - target).abs().cpu().numpy())
         self.optimizer.minimize(loss, c.max_grad_norm)

@@ -12,21 +12,19 @@ from tianji_dask.errors import PipelineError
 BUDGETS = ("max_env_steps", "max_updates", "max_seconds")
 
 
-def reward_threshold(env_id: str) -> float | None:
-    """The ``reward_threshold`` of a gymnasium id's spec (None: it has none, or it is not a
-    gymnasium id, e.g. a PettingZoo one)."""
-    import gymnasium as gym
-
+def reward_threshold(env_id) -> float | None:
+    """The ``reward_threshold`` of the spec an env id's envs are made from (None: it has none, or
+    it has no gymnasium spec, e.g. a PettingZoo id)."""
     from tianji_dask.envs.marl import is_parallel_env_id
-    from tianji_dask.envs.vector import registered_id
+    from tianji_dask.envs.vector import env_spec
 
     if is_parallel_env_id(env_id):
         return None
     try:
-        spec = gym.spec(registered_id(str(env_id)))
+        threshold = env_spec(env_id).reward_threshold
     except Exception:  # noqa: BLE001 - an unknown id: the pipeline's own check says so
         return None
-    return None if spec.reward_threshold is None else float(spec.reward_threshold)
+    return None if threshold is None else float(threshold)
 
 
 def pipeline_for(env_id: str, algo: str, overrides: dict | None = None) -> dict:
@@ -35,17 +33,17 @@ def pipeline_for(env_id: str, algo: str, overrides: dict | None = None) -> dict:
     ``reward_threshold`` where it has one. PipelineError in one line for an unknown env id or
     algorithm, and when neither a target nor a budget (``overrides``) would stop it."""
     from tianji_dask.algos import resolve_algorithm
-    from tianji_dask.envs.vector import check_env_id
+    from tianji_dask.envs.source import resolve_env
 
     try:
-        check_env_id(env_id)
+        resolved = resolve_env(env_id)
     except ValueError as err:
         raise PipelineError(f"--env: {err}") from None
     try:
         resolve_algorithm(algo)
     except ValueError as err:
         raise PipelineError(f"--algo: {err}") from None
-    target = reward_threshold(env_id)
+    target = reward_threshold(resolved)
     name = re.sub(r"[^a-z0-9]+", "_", f"{env_id.rpartition(':')[2]}_{algo.rpartition(':')[2]}".lower()).strip("_")
     data = {"name": name, "env": {"id": env_id}, "algo": {"name": algo},
             "stop": {} if target is None else {"target_return": target}}

@@ -182,12 +182,6 @@ def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | Non
         raise
     except ValidationError as err:
         raise PipelineError(one_line(err, model=Pipeline, overrides=overrides, elsewhere=_algo_model(data))) from None
-    from tianji_dask.envs.vector import check_env_id
-
-    try:
-        check_env_id(pipeline.env.id)
-    except ValueError as err:
-        raise PipelineError(f"env.id: {err}") from None
     return pipeline
 
 

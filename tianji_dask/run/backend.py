@@ -97,7 +97,8 @@ class SingleBackend(Backend):
         self.startup = {}
         self._run = SingleProcessRun(plan.core_spec(), explorers=p.explorers, chunk_steps=p.chunk_steps,
                                      env_id=p.env.id, num_envs=p.env.num_envs, env_kwargs_for=p.env_kwargs_for,
-                                     seed=p.seed + plan.env_seed, step_cost_for=p.step_cost_for)
+                                     seed=p.seed + plan.env_seed, step_cost_for=p.step_cost_for,
+                                     max_failures=p.stop.max_explorer_failures)
         self._done = threading.Event()
         self._final: dict | None = None
 

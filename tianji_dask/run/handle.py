@@ -13,21 +13,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tianji_dask.callbacks.entries import check_objects
-from tianji_dask.config import PipelineError, load_pipeline
+from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_path
+from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.errors import RunFault
+from tianji_dask.errors import RunFault, SchedulerLost
 from tianji_dask.run import provenance, quiet, results_writer, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_status
-from tianji_dask.run.progress import Progress, in_notebook
+from tianji_dask.run.progress import Progress, in_notebook, show_page
 from tianji_dask.run.startup import process_start_time
 
 if TYPE_CHECKING:
     from distributed import Client
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
+#: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
+FINALS_WAIT_S = 15.0
 
 
 class Run:
@@ -45,12 +48,10 @@ class Run:
     defined in a notebook cell (it travels to the workers by value); ``algo.config`` must suit it.
     ``callbacks``: ``tianji_dask.Callback`` objects, called after the pipeline's own; in single mode
     these very objects, otherwise a copy in each learner's process (cloudpickled, as Dask sends it).
-    ``progress``: show one live line of the run's status while ``wait`` waits: redrawn in place on a
-    terminal, updated in place in a Jupyter notebook, a plain line every 5 s elsewhere. None (the
-    default): only in a notebook; a script or a library call stays silent.
-    ``verbose``: let distributed's warnings and its logs below ERROR through (a cluster the run
-    starts logs its per-task failures, a dashboard port taken, ...); by default they are kept from
-    the terminal and the notebook, and what matters is one ``tianji_dask`` line.
+    ``progress``: one live line of the run's status while ``wait`` waits (in place on a terminal or in
+    a notebook, every 5 s elsewhere); None (the default): only in a Jupyter notebook.
+    ``verbose``: let distributed's warnings and logs below ERROR through; by default they are kept
+    from the terminal and the notebook, and what matters is one ``tianji_dask`` line.
     ``imported_at``: when the caller's own imports were done (the CLI's), for the start-up record.
     A bad pipeline, setting or argument raises ``PipelineError`` (one line) before anything starts.
     """
@@ -65,8 +66,6 @@ class Run:
         if algorithm is not None:  # a class (e.g. a notebook's) or 'module:Class', as algo.name
             overrides = {**(overrides or {}), "algo.name": algorithm}
         p = self.pipeline = as_pipeline(pipeline, overrides)
-        from tianji_dask.config import resolve_pipeline_path
-
         #: the file the pipeline was loaded from (None: given as a dict or a Pipeline)
         self.source = resolve_pipeline_path(pipeline) if isinstance(pipeline, (str, os.PathLike)) else None
         self.progress = in_notebook() if progress is None else bool(progress)
@@ -90,6 +89,7 @@ class Run:
         self._attaching = False  # made by ``attach``: ``start`` reconnects to the run instead
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._finals: list[dict] | None = None  # one per learner
+        self._last_status: dict | None = None  # the last status a poll brought
         self.results: dict | None = None
         #: newer checkpoints a resume passed over, one line each (damaged files)
         self.skipped_checkpoints: list[str] = []
@@ -101,8 +101,6 @@ class Run:
         self._prepared = check_pipeline(p, has_client=client is not None)
         self.callbacks = check_objects(callbacks, p.mode)
         self._startup["checked"] = time.time()
-        from tianji_dask.config.from_env import target_note
-
         #: what the user should know of the pipeline as checked (each also said once, one line)
         self.notes: list[str] = [n for n in [target_note(p, overrides)] if n]
         for note in self.notes:
@@ -292,13 +290,7 @@ class Run:
         notebook, with links to it and to the whole dashboard."""
         if not self.dashboard_link:
             raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
-        from IPython.display import HTML, IFrame, display
-
-        page = self.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={self.run_id}"
-        display(HTML(f'<p>tianji run {self.run_id}: <a href="{page}" target="_blank">{page}</a> · '
-                     f'<a href="{self.dashboard_link}" target="_blank">Dask dashboard</a></p>'))
-        display(IFrame(page, width="100%", height=height))
-        return page
+        return show_page(self.dashboard_link, self.run_id, height)
 
     def configure(self, **settings) -> dict:
         """Change the staleness controller while the run goes on, e.g.
@@ -322,24 +314,29 @@ class Run:
             return self.results
         backend = self._started()
         with quiet.kept_quiet(self.verbose), Progress(self.pipeline.mode, self.progress) as progress:
-            self._wait(backend, timeout, poll_s, on_status, progress)
-        return self._write()
+            lost = self._wait(backend, timeout, poll_s, on_status, progress)
+        return self._write() if lost is None else self._write_after(lost)
 
-    def _wait(self, backend: Backend, timeout: float | None, poll_s: float, on_status, progress: Progress) -> None:
+    def _wait(self, backend: Backend, timeout: float | None, poll_s: float, on_status, progress: Progress
+              ) -> SchedulerLost | None:
+        """Poll the learners until they are done (None) or the scheduler is lost (that error)."""
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
-            reports = backend.reports(poll_s)
+            try:
+                reports = backend.reports(poll_s)
+            except SchedulerLost as lost:
+                return lost
             if reports is None:
                 continue  # a learner was rebuilt: ask again
-            status = self._pooled(reports)
+            status = self._last_status = self._pooled(reports)
             progress(status)
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
                 self._finals = backend.finals()
-                return
+                return None
             if not stopped and self.pipeline.groups > 1:
                 self._group_stop = self._group_stop or groups_stop_reason(status, [r.status for r in reports], self._rules)
                 if self._group_stop:
@@ -349,12 +346,16 @@ class Run:
                 self.stop()
                 stopped = True
 
+    def _record(self) -> dict:
+        """What the results record of the run's origins (read as it started; an attached run's now)."""
+        return {"provenance": self._provenance or provenance.at_start(self.pipeline, self.source), "env_seed": self._env_seed}
+
     def _write(self) -> dict:
         backend = self._backend
         results, episodes, chunks, replay = results_writer.assemble(
             self._finals, self.pipeline, run_id=self.run_id, rules=self._rules, group_stop=self._group_stop,
             fusion=backend.fusion, startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start,
-            provenance=self._provenance or provenance.at_start(self.pipeline, self.source), env_seed=self._env_seed)
+            **self._record())
         results["error_file"] = results_writer.move_tracebacks(results, self.out)
         results.update(backend.figures(results))
         try:
@@ -370,6 +371,21 @@ class Run:
         self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
         return results
 
+    def _write_after(self, lost: SchedulerLost) -> dict:
+        """The scheduler was lost, its workers with it: the results from what each learner wrote
+        as its worker closed (or what this driver last heard), and the line that says so."""
+        backend = self._backend
+        results, episodes, chunks, replay = results_writer.after_lost_scheduler(
+            lost, backend.finals_left(FINALS_WAIT_S), self.pipeline, run_id=self.run_id, rules=self._rules,
+            out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
+            startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())
+        results["learner_restarts"] = backend.learners.restarts
+        backend.abandon()
+        self.results = results
+        self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
+        self.close()
+        return results
+
     def close(self) -> None:
         if self._backend is not None:
             self._backend.close()
@@ -379,4 +395,3 @@ class Run:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -1,6 +1,7 @@
-"""A run's live progress line: redrawn in place on a terminal (rich), updated in place in a
-Jupyter notebook (an IPython display), a plain whole line every few seconds anywhere else (a
-pipe, a log file, a batch job). The command line and ``Run(..., progress=True)`` show the same."""
+"""What a run shows in a terminal or a notebook: its live progress line, redrawn in place on a
+terminal (rich), updated in place in a Jupyter notebook (an IPython display), a plain whole line
+every few seconds anywhere else (a pipe, a log file, a batch job), which the command line and
+``Run(..., progress=True)`` share; and its dashboard page in a notebook (``Run.live``)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,15 @@ class Progress:
         if self.live is not None:
             self.live.__exit__(*exc)
             self.live = None
+
+
+def show_page(dashboard_link: str, run_id: str, height: int) -> str:
+    """In Jupyter: a run's ``/tianji`` dashboard page in the notebook, with links to it and to the
+    whole dashboard; returns the page's address."""
+    from IPython.display import HTML, IFrame, display
+
+    page = dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={run_id}"
+    display(HTML(f'<p>tianji run {run_id}: <a href="{page}" target="_blank">{page}</a> · '
+                 f'<a href="{dashboard_link}" target="_blank">Dask dashboard</a></p>'))
+    display(IFrame(page, width="100%", height=height))
+    return page
