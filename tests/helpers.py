@@ -129,3 +129,16 @@ def external_cluster(log_path: Path):
                 proc.kill()
                 proc.wait()
         log.close()
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    """The CLI run in this process, as the program runs it: (exit status, stdout, stderr). A
+    refusal of argparse's own exits as it would in the program."""
+    from tianji_dask.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err

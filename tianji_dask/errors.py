@@ -11,6 +11,20 @@ class RunFault(RuntimeError):
     is the one line to show (exit 1 in the CLI)."""
 
 
+class RunFailed(RuntimeError):
+    """A run that ended on an error (an exception in the learner or an algorithm, non-finite
+    weights, an explorer stream failing again and again, a checkpoint that could not be written):
+    what ``tianji_dask.train`` raises. ``str()`` is the run's one line (``results["error"]``);
+    ``results`` is the results dict, written to the run's folder as for any other end."""
+
+    def __init__(self, line: str, results: dict | None = None):
+        super().__init__(line)
+        self.results = results if results is not None else {}
+
+    def __reduce__(self):
+        return type(self), (str(self), self.results)
+
+
 class SchedulerLost(RuntimeError):
     """The run's scheduler stopped answering (``address``): Dask's workers close with it, so the
     run's learners have ended; the run writes what it has and says how to resume."""

@@ -34,6 +34,8 @@ class RunPlan:
     explorer_hosts: tuple[str, ...] | None = None
     #: ``Callback`` objects given from Python (each learner gets its own copy off this process)
     callbacks: tuple = ()
+    #: let distributed's warnings and logs below ERROR through (``Run(verbose=True)``)
+    verbose: bool = False
 
     @property
     def shares_cluster(self) -> bool:

@@ -4,14 +4,31 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tianji_dask.algos import algorithm_registry, make_algorithm
-from tianji_dask.config import Pipeline, PipelineError
+from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.dataflow.controller.settings import window_floor
 from tianji_dask.envs.vector import env_spaces
 from tianji_dask.run.preflight import check_driver
+
+PipelineLike = Pipeline | dict | str | os.PathLike
+
+
+def as_pipeline(pipeline: PipelineLike, overrides: dict | None) -> Pipeline:
+    """The pipeline a run is given (a Pipeline, a dict, a YAML path or a bundled name), validated
+    with ``overrides`` applied."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
+    if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
+        raise PipelineError(f"pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got {type(pipeline).__name__}")
+    if isinstance(pipeline, Pipeline):
+        return parse_pipeline(pipeline.model_dump(), overrides=overrides) if overrides else pipeline
+    if isinstance(pipeline, dict):
+        return parse_pipeline(pipeline, overrides=overrides)
+    return load_pipeline(pipeline, overrides=overrides)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from tianji_dask.errors import PipelineError
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
 from tianji_dask.run import accounting, preflight, specs
 from tianji_dask.run.backend import Backend, RunPlan
+from tianji_dask.run.quiet import distributed_log_level
 from tianji_dask.run.supervisor import LearnerSupervisor
 from tianji_dask.run.worker_checks import check_worker_imports
 
@@ -53,7 +54,7 @@ class DaskBackend(Backend):
         if self.client is None:
             threads = p.cluster.explorer_threads or -(-len(streams) // explorer_workers)  # a slot for every stream
             self._opened = open_cluster(p.cluster, len(streams), explorer_workers, learners=p.groups,
-                                        explorer_threads=threads)
+                                        explorer_threads=threads, log_level=distributed_log_level(plan.verbose))
             self.client, self.cluster, timeout = self._opened.client, self._opened.cluster, self._opened.start_timeout
         client = self.client
         # a cluster we started has one LEARNER worker per group; on another, groups share them

@@ -15,15 +15,18 @@ from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS, write_results
 from tianji_dask.core.stop import StopRules
 from tianji_dask.errors import RunFault
 from tianji_dask.run.groups import pool_results
+from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
 
 
 def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, group_stop: str | None,
-             fusion: Callable[[], dict | None], startup: dict, t_process_start: float
-             ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+             fusion: Callable[[], dict | None], startup: dict, t_process_start: float, provenance: dict | None = None,
+             env_seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
     """(results, episodes, chunks, replay log) of the run: one learner's, or every group's pooled
     (``fusion()``: the reducer's rounds, read only then). ``startup``: when each step of the start
-    was reached (Unix times)."""
+    was reached (Unix times). ``provenance``: what the run recorded of its origins as it started
+    (``provenance.at_start``), to which the explorer streams' env seeds are added (``env_seed``:
+    the offset a run continued from a checkpoint adds to the pipeline's seed)."""
     replay = None
     if len(finals) > 1:
         results, episodes, chunks = pool_results(finals, rules, group_stop, fusion())
@@ -38,6 +41,7 @@ def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, 
     )
     results["simulated"] = p.simulated()
     results["startup"] = startup_results(startup, t_process_start, finals)
+    results["provenance"] = {**(provenance or {}), "seeds": stream_seeds(p, env_seed, finals)}
     return results, episodes, chunks, replay
 
 
@@ -98,7 +102,8 @@ def learner_chunk_accounting(finals: list[dict]) -> dict:
 
 
 def after_lost_scheduler(lost, found: list[dict | None], p: Pipeline, *, run_id: str, rules: StopRules, out: Path,
-                         last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float):
+                         last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float,
+                         provenance: dict | None = None, env_seed: int = 0):
     """(results, episodes, chunks, replay log) of a run whose scheduler was lost (``lost``, a
     ``SchedulerLost``): from each group's ``found`` final books (what its learner wrote as its
     worker closed; None: none, then what the driver last heard), with one line saying what
@@ -108,7 +113,8 @@ def after_lost_scheduler(lost, found: list[dict | None], p: Pipeline, *, run_id:
         heard[g] if g < len(heard) else {}, rules, t_run_start=t_run_start, t_process_start=t_process_start,
         checkpoint=None) for g, final in enumerate(found)]
     results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop="scheduler_lost",
-                                                 fusion=lambda: None, startup=startup, t_process_start=t_process_start)
+                                                 fusion=lambda: None, startup=startup, t_process_start=t_process_start,
+                                                 provenance=provenance, env_seed=env_seed)
     wrote = sum(f is not None for f in found)
     checkpointed = any(f["results"].get("checkpoint") for f in finals)
     go_on = (f"`tianji-dask resume {out} --scheduler ADDRESS` continues from its newest checkpoint" if checkpointed
