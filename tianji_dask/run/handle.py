@@ -18,7 +18,7 @@ from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
 from tianji_dask.errors import RunFault, SchedulerLost
-from tianji_dask.run import provenance, quiet, results_writer, specs
+from tianji_dask.run import provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_status
@@ -216,15 +216,11 @@ class Run:
                 raise
             return
         self._provenance = provenance.at_start(self.pipeline, self.source)
-        fresh = not self.out.exists()
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self._write_pipeline()  # what `tianji-dask resume` reads back
-        except OSError as err:
-            if fresh:
-                shutil.rmtree(self.out, ignore_errors=True)
-            raise PipelineError(f"out: cannot write {str(self.out)!r} ({err.strerror or err}); "
-                                "allowed: a directory this user can create and write, on a disk with room") from None
+        outlives = self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address"
+        fresh = run_folder.prepare(self.out, self.pipeline, run_file={  # what `tianji-dask attach` reads back
+            "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
+            "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed,
+        } if outlives else None)
         if self.pipeline.mode == "single":
             self._backend = SingleBackend(self.plan)
         else:
@@ -238,21 +234,6 @@ class Run:
                 self.close()
                 shutil.rmtree(self.out, ignore_errors=True)
             raise
-
-    def _write_pipeline(self) -> None:
-        from tianji_dask.config import pipeline_yaml
-
-        # not a plain dump: with balance, chunk_steps given as well would not load back
-        (self.out / "pipeline.yaml").write_text(pipeline_yaml(self.pipeline))
-        from tianji_dask.run import attach
-
-        if self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address":
-            # what `tianji-dask attach` reads back: the run outlives this process on that scheduler
-            attach.write_run_file(self.out, {
-                "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
-                "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed})
-        else:  # a resumed run that no longer outlives its driver: nothing to attach to
-            (self.out / attach.RUN_FILE).unlink(missing_ok=True)
 
     def _started(self) -> Backend:
         if self._backend is None:
