@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 #: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
-FINALS_WAIT_S = 15.0
+FINALS_WAIT_S = 65.0
 
 
 class Run:

@@ -1,7 +1,7 @@
 """When a learner's worker closes under it: Dask closes a worker the moment its connection to the
-scheduler breaks (``Worker.handle_scheduler``), and the worker process ends about 12 s later when
-its heartbeat fails. A learner still training then has its state only in that process. This
-worker plugin, on every worker of a run, holds the worker's close (its ``teardown``) while the
+scheduler breaks (``Worker.handle_scheduler``). A learner still training then has its state only
+in that process. This worker plugin, on every worker of a run, holds the worker's close (the
+worker awaits its plugins' ``teardown`` before its process ends) while the
 learner it hosts stops without a word to the scheduler, writes a checkpoint, and writes its final
 books (results, episodes, chunks) into the run folder, where the driver reads them back
 (``final_books.read_final``)."""
@@ -14,9 +14,9 @@ from distributed import WorkerPlugin
 
 from tianji_dask import dask_internals
 
-#: at most this long the worker's close waits for its learner (the process ends ~12 s after the
-#: scheduler's loss: a heartbeat fails)
-CLOSE_WAIT_S = 9.0
+#: at most this long the worker's close waits for its learner: a learner stops within a pass of
+#: its loop, then writes a checkpoint and its books; a busy machine can take tens of seconds
+CLOSE_WAIT_S = 60.0
 
 
 def guard_name(run_id: str) -> str:
