@@ -1,6 +1,7 @@
 """One task's figure for benchmarks/report.py: the mean of the last 100 training returns, the
 median across seeds with the band between the 25th and 75th percentiles, one line per (system,
-settings label), against env steps (where the episode rows carry them) and against wall time.
+settings label, env id where a system ran another than the task's), against env steps (where the
+episode rows carry them) and against wall time.
 
 Each run's running mean is ``vs_peers.learning_curve`` of its raw episode rows, the curve the
 side-by-side tables keep, read on a common grid as a step function: a run has no value before its
@@ -54,25 +55,28 @@ def write_figure(docs: list[dict], task: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    env_id, _, target = vs_peers.TASKS.get(task, (task, None, None))
     groups: dict[tuple, list[dict]] = {}
     for d in sorted(docs, key=lambda d: (d["system"], d["settings"], d["seed"])):
-        groups.setdefault((d["system"], d["settings"]), []).append(d)
+        groups.setdefault((d["system"], d["settings"], d.get("env_id") or env_id), []).append(d)
     known = list(vs_peers.SYSTEMS)
     order = sorted(groups, key=lambda k: (known.index(k[0]) if k[0] in known else len(known), k))
-    others = sorted({s for s, _ in groups} - set(known))
-    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate((*known, *others))}  # as vs_peers curves
+    others = sorted({k[0] for k in groups} - set(known))
+    # as vs_peers curves: tab10 for the first ten systems, the rest from Dark2, so that no two share a colour
+    colours = {s: plt.get_cmap("tab10")(i) if i < 10 else plt.get_cmap("Dark2")((i - 10) % 8)
+               for i, s in enumerate((*known, *others))}
     panels = [p for p in PANELS if p == "time" or any("env_steps" in d.get("episode_fields", []) for d in docs)]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
-    env_id, _, target = vs_peers.TASKS.get(task, (task, None, None))
     for ax, panel in zip(axes[0], panels):
-        for system, settings in order:
-            curves = [c for c in (run_curve(d, panel) for d in groups[(system, settings)]) if len(c[0])]
+        for system, settings, env in order:
+            curves = [c for c in (run_curve(d, panel) for d in groups[(system, settings, env)]) if len(c[0])]
             if not curves:
                 continue
             grid, (low, mid, high) = band(curves)
-            style = "--" if settings == "same" else "-"
+            style = "--" if settings == "same" else "-." if env != env_id else "-"
+            name = system if env == env_id else f"{system} on {env}"
             ax.plot(grid, mid, color=colours[system], linestyle=style, linewidth=1.5,
-                    label=f"{system} ({settings}), {len(curves)} run(s)")
+                    label=f"{name} ({settings}), {len(curves)} run(s)")
             ax.fill_between(grid, low, high, color=colours[system], alpha=0.2, linewidth=0)
         if target is not None:
             ax.axhline(target, color="grey", linestyle=":", linewidth=1, label=f"target {target:g}")

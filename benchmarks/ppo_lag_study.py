@@ -26,7 +26,7 @@ from _report import median_of, write_report
 from staleness_study import _run as run_summary  # the sibling study's one run, summarised
 
 
-def _overrides(variant: str, seed: int, max_seconds: float) -> dict:
+def variant_overrides(variant: str, seed: int, max_seconds: float) -> dict:
     ov = {"seed": seed, "stop.max_seconds": max_seconds}
     if variant == "lockstep":
         ov["mode"] = "lockstep"
@@ -37,7 +37,7 @@ def _overrides(variant: str, seed: int, max_seconds: float) -> dict:
 
 
 def _run(client, pipeline: str, variant: str, seed: int, max_seconds: float, tmp: Path) -> dict:
-    row = run_summary(client, pipeline, _overrides(variant, seed, max_seconds), tmp)
+    row = run_summary(client, pipeline, variant_overrides(variant, seed, max_seconds), tmp)
     updates = row["updates"] or 0
     row.update(variant=variant, updates=updates,
                env_steps_per_update=row["env_steps"] / updates if updates else None,

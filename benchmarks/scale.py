@@ -79,7 +79,7 @@ def _figures(r: dict) -> dict:
     }
 
 
-def _run(pipeline: str, overrides: dict, seed: int, mode: str, seconds: float, extra=()) -> dict:
+def train_cell(pipeline: str, overrides: dict, seed: int, mode: str, seconds: float, extra=()) -> dict:
     with pipeline_copy(pipeline, overrides) as path:
         return run_once(path, seed, mode, seconds, list(extra))
 
@@ -117,7 +117,7 @@ def throughput(args, argv) -> int:
             o = {**overrides, "explorers": n, "env.step_cost_ms": args.step_cost_ms, "stop.target_return": None,
                  "stop.on_solve": False, "cluster.explorer_threads": _explorer_threads(n), "chunk_steps": args.chunk_steps,
                  **args.set}
-            row = {"variant": variant, **_figures(_run(pipeline, o, 0, "relaxed", args.seconds))}
+            row = {"variant": variant, **_figures(train_cell(pipeline, o, 0, "relaxed", args.seconds))}
             rows.append(row)
             print(f"{variant:>10} x{n:>3}: {row['env_steps_per_s']:,.0f} env steps/s, learner busy {row['learner_busy']:.0%}, "
                   f"scheduler {row['scheduler_cpu_ms_per_chunk']:.2f} ms CPU/chunk, learner dataflow "
@@ -193,7 +193,7 @@ def stragglers(args, argv) -> int:
                 for mode in ("relaxed", "lockstep"):
                     o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "env.step_cost_jitter": jitter,
                          "cluster.explorer_threads": _explorer_threads(n), **args.set}
-                    r = _figures(_run(args.pipeline, o, seed, mode, args.max_seconds))
+                    r = _figures(train_cell(args.pipeline, o, seed, mode, args.max_seconds))
                     rows.append({**r, "jitter": jitter})
                     print(f"seed {seed} x{n} jitter {jitter} {mode}: solved {r['solved']} in {r['time_to_solve_s']} s", flush=True)
     lines = ["| explorers | jitter | relaxed time-to-solve (median, s) | lockstep | lockstep ÷ relaxed, median of seeds | relaxed staleness |",
@@ -236,7 +236,7 @@ def _judged(r: dict) -> str:
     return "" if r.get("staleness_judged") is None else f" ({r['staleness_judged']:.1f})"
 
 
-def _within(s: float | None, target: float, rs: list[dict]) -> str:
+def within_target(s: float | None, target: float, rs: list[dict]) -> str:
     """``yes`` when the seeds' median second-half staleness is within ±25% of the target; a miss is
     ``no, within noise`` when the seeds' median distance outside the band is under two standard
     errors of their second halves (few chunks, as stragglers make at small windows), else **no**."""
@@ -289,7 +289,7 @@ def staleness(args, argv) -> int:
                     return 2
                 rows.append(kept)
                 continue
-            r = _run(pipe, o, seed, "relaxed", args.max_seconds)
+            r = train_cell(pipe, o, seed, "relaxed", args.max_seconds)
             row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
                    "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
                    "staleness_second_half_se": (r.get("staleness_versions") or {}).get("se_second_half"),
@@ -312,7 +312,7 @@ def staleness(args, argv) -> int:
         by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}"
                             + ("" if r.get("staleness_second_half_se") is None else f"±{r['staleness_second_half_se']:.1f}")
                             for r in rs)
-        held = _within(s, target, rs)
+        held = within_target(s, target, rs)
         # each seed's verdict, in seed order, with its reason where it gave one
         verdicts = " · ".join((r["verdict"]["state"] or "–") + _judged(r) + (f": {r['verdict']['reason']}"
                                                                               if r["verdict"]["reason"] else "") for r in rs)

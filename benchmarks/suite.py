@@ -1,7 +1,7 @@
 """Named benchmark suites: many (task, system, seed) runs, one raw file each, resumable.
 
     python benchmarks/suite.py run SUITE [--tasks ...] [--systems ...] [--seeds ...] [--max-seconds N]
-                                         [--rerun] [--peers-python PATH]
+                                         [--rerun] [--peers-python PATH] [--peers-dir DIR]
     python benchmarks/suite.py list SUITE [--tasks ...] [--systems ...] [--seeds ...]
 
 A suite (``SUITES`` below) is a set of cells, each one training run of one system on one task
@@ -16,14 +16,24 @@ episode (a peer with no virtual environment) writes no file: the cell stays to d
 training episode as [seconds since the system was built, return] (with a third column, the env
 steps of the episodes ended so far, where the system reports episode lengths), the env steps
 consumed per second (tianji_dask only), the commit and whether the tree was dirty, the machine,
-the package versions, the settings label and the UTC time. ``benchmarks/report.py`` turns the
-files into the rliable-protocol section of docs/benchmarks.md.
+the package versions, the settings label, the env id the run trained on (``env_id``: Sample Factory
+and PufferLib run LunarLander-v2 and Hopper-v4, the ids of the gymnasium<1.0 they pin) and the UTC
+time. The peers in their own venvs (Sample Factory, PufferLib, TorchRL) also record the second
+clock: each episode's seconds since the peer's process started (a fourth column) and
+``time_to_solve_from_process_start_s``. ``benchmarks/report.py`` turns the files into the
+rliable-protocol section of docs/benchmarks.md.
 
 Settings labels: "same" where a peer runs with our pipeline's network, batch and update ratio
 (MinAtar Breakout on RLlib and SB3; the CleanRL-style and Tianshou PPO on LunarLander, for which
 their authors publish no settings; ``sb3-same`` on Pendulum SAC, beside ``sb3`` with RL Zoo's),
 "tuned" where it runs with its own published (or default) settings, and "tuned" for
-tianji_dask's own bundled pipelines.
+tianji_dask's own bundled pipelines (``tianji-v4`` included: the hopper_ppo pipeline on Hopper-v4,
+beside Sample Factory and PufferLib there). "zoo" where a system publishes no settings for the task
+and runs RL-Zoo's PPO settings for it on its own trainer (PufferLib on CartPole and LunarLander,
+Sample Factory on LunarLander), "adapted" where it runs its published settings for another task of
+the kind, adapted (TorchRL's MuJoCo PPO script and config on CartPole and LunarLander, a
+categorical policy head for their discrete actions). Each peer's file in benchmarks/peers/ says
+what exactly, and the run's ``config`` records it.
 """
 
 from __future__ import annotations
@@ -44,6 +54,13 @@ RESULTS = ROOT / "benchmarks" / "results" / "suite"
 
 PROTOCOL_TASKS = ("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo", "pendulum_sac", "hopper_ppo",
                   "minatar_breakout_ppo")
+#: the fastest peers (Sample Factory, PufferLib, TorchRL, each in its own venv) on the PPO tasks, and
+#: tianji_dask on Hopper-v4 beside Sample Factory and PufferLib there (their gymnasium has no Hopper-v5)
+FASTEST = [
+    (("cartpole_ppo",), ("sf", "pufferlib", "torchrl"), range(5)),
+    (("lunarlander_ppo", "hopper_ppo"), ("sf", "pufferlib", "torchrl"), range(3)),
+    (("hopper_ppo",), ("tianji-v4",), range(5)),
+]
 #: suite -> groups of (tasks, systems, seeds); a suite's cells are the union of its groups' products
 SUITES = {
     "cartpole": [
@@ -66,7 +83,9 @@ SUITES = {
         (("cartpole_ppo", "cartpole_dqn", "lunarlander_ppo"), ("tianshou",), range(3)),
         # the learner issue's time-to-solve target asks for the median of 3 seeds
         (("minatar_breakout_dqn",), ("tianji", "sb3"), range(3)),
+        *FASTEST,
     ],
+    "fastest": FASTEST,
 }
 #: the budget of one run, seconds from build, unless --max-seconds says otherwise
 BUDGET_S = {
@@ -79,6 +98,11 @@ BUDGET_S = {
 SAME_SETTINGS = {("sb3-same", "pendulum_sac"), ("sb3", "minatar_breakout_ppo"), ("sb3", "minatar_breakout_dqn"),
                  ("rllib", "minatar_breakout_ppo"), ("rllib", "minatar_breakout_dqn"),
                  ("cleanrl", "lunarlander_ppo"), ("tianshou", "lunarlander_ppo")}
+#: (system, task) with another label: "zoo" (RL-Zoo's settings on the system's own trainer, where it
+#: publishes none for the task), "adapted" (its published settings for another task of the kind)
+OTHER_SETTINGS = {("sf", "lunarlander_ppo"): "zoo", ("pufferlib", "cartpole_ppo"): "zoo",
+                  ("pufferlib", "lunarlander_ppo"): "zoo", ("torchrl", "cartpole_ppo"): "adapted",
+                  ("torchrl", "lunarlander_ppo"): "adapted"}
 
 
 class BadInput(ValueError):
@@ -86,7 +110,7 @@ class BadInput(ValueError):
 
 
 def settings_label(system: str, task: str) -> str:
-    return "same" if (system, task) in SAME_SETTINGS else "tuned"
+    return "same" if (system, task) in SAME_SETTINGS else OTHER_SETTINGS.get((system, task), "tuned")
 
 
 def cell_path(results: Path, task: str, system: str, seed: int) -> Path:
@@ -171,13 +195,15 @@ def _dumps(doc: dict) -> str:
     return f'{head[:-2]},\n "episodes": {episodes},\n "throughput_per_s": {throughput}\n}}\n'
 
 
-def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path) -> dict:
+def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path, peers_dir: Path | None = None) -> dict:
     """Train one cell and write its raw file; returns the document. A run that failed before its
     first episode (a peer with no virtual environment, a crash at start-up) measured nothing: no
     file is written, so the next ``run`` tries the cell again."""
     task, system, seed = cell["task"], cell["system"], cell["seed"]
-    row = vs_peers.run_one(system, task, seed, max_seconds, peers_python, full=True)
+    row = vs_peers.run_one(system, task, seed, max_seconds, peers_python, full=True, peers_dir=peers_dir)
     episodes = row.pop("episode_rows", None) or []
+    fields = row.pop("episode_fields", None) or ["seconds_since_built", "return",
+                                                 *(["env_steps"] if episodes and len(episodes[0]) > 2 else [])]
     throughput = row.pop("throughput_per_s", None)
     row.pop("curve", None)  # the thinned curve: the episodes below hold all of it
     v = versions()
@@ -185,11 +211,10 @@ def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path) -> 
         v["peer"] = row.pop("versions")
     doc = {
         "suite": suite, "task": task, "system": system, "seed": seed, "settings": settings_label(system, task),
+        "env_id": row.get("env_id") or vs_peers.TASKS[task][0],
         "max_seconds": max_seconds, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit(), "machine": machine(), "versions": v, "run": row,
-        "episode_fields": ["seconds_since_built", "return", *(["env_steps"] if episodes and len(episodes[0]) > 2
-                                                              else [])],
-        "episodes": episodes, "throughput_per_s": throughput,
+        "episode_fields": fields, "episodes": episodes, "throughput_per_s": throughput,
     }
     if episodes or not row.get("error"):
         write_atomically(cell["path"], _dumps(doc))
@@ -212,7 +237,7 @@ def cmd_run(args, cells: list[dict]) -> int:
     failed = 0
     for n, cell in enumerate(todo, 1):
         budget = args.max_seconds if args.max_seconds is not None else BUDGET_S.get(cell["task"], 300)
-        doc = run_cell(args.suite, cell, budget, args.peers_python)
+        doc = run_cell(args.suite, cell, budget, args.peers_python, args.peers_dir)
         run = doc["run"]
         if not doc["episodes"] and run.get("error"):
             failed += 1
@@ -243,6 +268,8 @@ def main(argv=None) -> int:
     r.add_argument("--rerun", action="store_true", help="train the cells that are done too, replacing their files")
     # absolute, not resolved: a peer runs in a temporary folder, and a venv's python is a symlink into the venv
     r.add_argument("--peers-python", type=lambda p: Path(os.path.abspath(p)), default=vs_peers.DEFAULT_PEERS_PYTHON)
+    r.add_argument("--peers-dir", type=lambda p: Path(os.path.abspath(p)), default=vs_peers.DEFAULT_PEERS_DIR,
+                   help="where the venvs of Sample Factory, PufferLib and TorchRL are (benchmarks/peers/setup sf|...)")
     args = parser.parse_args(argv)
     try:
         cells = plan(args.suite, args.tasks, args.systems, args.seeds, args.results)

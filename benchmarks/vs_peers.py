@@ -18,6 +18,13 @@ also rotates from one seed to the next), so neighbouring runs share the machine'
   virtual environment (``benchmarks/peers/setup`` creates ``.peers-venv``; ``--peers-python`` points
   elsewhere). ``cleanrl`` runs the PPO tasks on CartPole and LunarLander, ``tianshou`` those and
   the DQN ones; RLlib and SB3 every task, MinAtar Breakout included.
+- ``sf`` (Sample Factory), ``pufferlib``, ``torchrl``: ``run_peer.py`` too, each in its own venv,
+  ``.peers/<name>`` (``benchmarks/peers/setup sf|pufferlib|torchrl``; ``peers_dir`` points
+  elsewhere), on the PPO tasks cartpole_ppo, lunarlander_ppo and hopper_ppo. Sample Factory and
+  PufferLib pin gymnasium<1.0: they run LunarLander-v2 and Hopper-v4, and a run's ``env_id`` says so.
+- ``tianji-v4``: tianji_dask (relaxed) with the task's pipeline on the gymnasium<1.0 env id those two
+  run where tianji_dask's gymnasium still has it (``OURS_ON_OLDER_ENVS``: Hopper-v4 for hopper_ppo),
+  a row beside theirs.
 
 Time-to-solve is measured the same way for every system: every training episode's return and end
 time is recorded, episodes are pooled and sorted by end time, and the run is solved at the first
@@ -56,6 +63,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PEER_RUNNER = ROOT / "benchmarks" / "peers" / "run_peer.py"
 DEFAULT_PEERS_PYTHON = ROOT / ".peers-venv" / "bin" / "python"
+#: where ``benchmarks/peers/setup sf|pufferlib|torchrl`` puts the venvs of the peers that have their own
+DEFAULT_PEERS_DIR = ROOT / ".peers"
 
 TASKS = {  # task -> (env id, algorithm, target); the task name is also the bundled pipeline's name
     "cartpole_ppo": ("CartPole-v1", "ppo", 475.0),
@@ -73,7 +82,11 @@ TASKS = {  # task -> (env id, algorithm, target); the task name is also the bund
 }
 OURS = {"tianji": "relaxed", "tianji-lockstep": "lockstep", "tianji-single": "single"}
 PEERS = ("rllib", "sb3", "sb3-same", "cleanrl", "tianshou")
-SYSTEMS = (*OURS, *PEERS)
+#: peers each in their own venv, DEFAULT_PEERS_DIR / <name>
+OWN_VENV_PEERS = ("sf", "pufferlib", "torchrl")
+#: tianji_dask on the env id of gymnasium<1.0 (Sample Factory's and PufferLib's): system -> (mode, task -> env id)
+OURS_ON_OLDER_ENVS = {"tianji-v4": ("relaxed", {"hopper_ppo": "Hopper-v4"})}
+SYSTEMS = (*OURS, *PEERS, *OWN_VENV_PEERS, *OURS_ON_OLDER_ENVS)
 REFERENCE = "tianji"
 #: the columns of every run in the JSON (and what the CI smoke test checks)
 RUN_FIELDS = (
@@ -120,18 +133,27 @@ def learning_curve(episodes, t0: float, window: int = WINDOW, points: int = CURV
     return [[round(eps[i][0] - t0, 3), round(means[i], 4)] for i in sorted(keep.values())]
 
 
-def episode_rows(episodes, t0: float) -> list[list[float]]:
+def episode_rows(episodes, t0: float, t_process: float | None = None) -> list[list[float]]:
     """Every episode, sorted by end time, as [seconds since ``t0``, return], and when the episodes
     carry their length ((end time, return, length) triples) the env steps of all episodes ended so
-    far as a third column: the full record that ``learning_curve`` thins."""
+    far as a third column, and with ``t_process`` the seconds since then as the last: the full
+    record that ``learning_curve`` thins. ``episode_fields`` names the columns."""
     rows, steps = [], 0
     for ep in sorted(episodes):
         row = [round(ep[0] - t0, 3), round(ep[1], 4)]
         if len(ep) > 2:
             steps += int(ep[2])
             row.append(steps)
+        if t_process is not None:
+            row.append(round(ep[0] - t_process, 3))
         rows.append(row)
     return rows
+
+
+def episode_fields(episodes, t_process: float | None = None) -> list[str]:
+    """The names of ``episode_rows``' columns."""
+    return ["seconds_since_built", "return", *(["env_steps"] if episodes and len(episodes[0]) > 2 else []),
+            *(["seconds_since_process_start"] if t_process is not None else [])]
 
 
 def _our_episodes(run_dir: Path, lengths: bool = False) -> list[tuple]:
@@ -167,8 +189,15 @@ def _our_throughput(run_dir: Path, t0: float, wall_s: float) -> list[int]:
 
 def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) -> dict:
     out = tmp / "run"
-    cmd = [sys.executable, "-m", "tianji_dask", "train", task, "--mode", OURS[system], "--seed", str(seed),
-           "--max-seconds", str(max_seconds), "--out", str(out), "--quiet"]
+    if system in OURS_ON_OLDER_ENVS:
+        mode, env_ids = OURS_ON_OLDER_ENVS[system]
+        if task not in env_ids:
+            return {"solved": False, "error": f"{system}: only the tasks {', '.join(env_ids)}, not {task}"}
+        env = ["--set", f"env.id={env_ids[task]}"]
+    else:
+        mode, env = OURS[system], []
+    cmd = [sys.executable, "-m", "tianji_dask", "train", task, "--mode", mode, "--seed", str(seed),
+           "--max-seconds", str(max_seconds), "--out", str(out), "--quiet", *env]
     t_launch = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_seconds + GRACE_S, cwd=ROOT)
     t_exit = time.time()
@@ -181,9 +210,11 @@ def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) 
     episodes = _our_episodes(out, lengths=True)
     return {
         **row,
+        "env_id": env[1].split("=", 1)[1] if env else TASKS[task][0],
         "build_s_from_launch": r["t_run_start"] - t_launch,
         "curve": learning_curve([ep[:2] for ep in episodes], r["t_run_start"]),
         "episode_rows": episode_rows(episodes, r["t_run_start"]),
+        "episode_fields": episode_fields(episodes),
         "throughput_per_s": _our_throughput(out, r["t_run_start"], r["wall_s"]),
         "solved": bool(r["solved"]),
         "time_to_solve_s": tts,
@@ -204,10 +235,19 @@ def _run_ours(system: str, task: str, seed: int, max_seconds: float, tmp: Path) 
     }
 
 
+def peer_python(system: str, peers_python: Path, peers_dir: Path | None = None) -> Path:
+    """The python that runs ``system``: its own venv's for ``OWN_VENV_PEERS``, else ``peers_python``."""
+    if system in OWN_VENV_PEERS:
+        return Path(peers_dir or DEFAULT_PEERS_DIR) / system / "bin" / "python"
+    return Path(peers_python)
+
+
 def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, peers_python: Path,
-              threads: int) -> dict:
-    if not Path(peers_python).exists():
-        return {"solved": False, "error": f"no peers virtual environment at {peers_python}: run benchmarks/peers/setup"}
+              threads: int, peers_dir: Path | None = None) -> dict:
+    peers_python = peer_python(system, peers_python, peers_dir)
+    if not peers_python.exists():
+        setup = f"benchmarks/peers/setup {system}" if system in OWN_VENV_PEERS else "benchmarks/peers/setup"
+        return {"solved": False, "error": f"no peers virtual environment at {peers_python}: run {setup}"}
     out = tmp / "peer.json"
     cmd = [str(peers_python), str(PEER_RUNNER), "--system", system, "--task", task, "--seed", str(seed),
            "--max-seconds", str(max_seconds), "--out", str(out), "--threads", str(threads)]
@@ -226,14 +266,20 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
     episodes = r.pop("episodes")
     returns = [ep[1] for ep in sorted(episodes)]
     keep = {k: r.get(k) for k in ("solved", "time_to_solve_s", "wall_s", "env_steps", "final_mean_return",
-                                  "stop_reason", "error", "config", "versions")}
+                                  "stop_reason", "error", "config", "versions", "env_id")}
+    # the second clock, from the peer process's own start, where the run records it (the peers with their own venv)
+    t_process = r.get("t_process") if system in OWN_VENV_PEERS else None
     return {
         **row, **keep,
         "time_to_solve_from_launch_s": None if r.get("t_solved") is None else r["t_solved"] - t_launch,
         "build_s_from_launch": None if r.get("t_built") is None else r["t_built"] - t_launch,
+        **({} if t_process is None else {
+            "time_to_solve_from_process_start_s": None if r.get("t_solved") is None else r["t_solved"] - t_process,
+            "build_s_from_process_start": None if r.get("t_built") is None else r["t_built"] - t_process}),
         "episodes": len(returns),
         "curve": [] if r.get("t_built") is None else learning_curve(episodes, r["t_built"]),
-        "episode_rows": [] if r.get("t_built") is None else episode_rows(episodes, r["t_built"]),
+        "episode_rows": [] if r.get("t_built") is None else episode_rows(episodes, r["t_built"], t_process),
+        "episode_fields": episode_fields(episodes, t_process),
         "env_steps_per_s": None if not r.get("env_steps") or not r.get("wall_s") else r["env_steps"] / r["wall_s"],
         "rllib_iterations": r.get("rllib_iterations"),
         "error": r.get("error") or (None if rc == 0 else f"exit {rc}: {tail}"),
@@ -241,15 +287,16 @@ def _run_peer(system: str, task: str, seed: int, max_seconds: float, tmp: Path, 
 
 
 def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python: Path, threads: int = 1,
-            full: bool = False) -> dict:
+            full: bool = False, peers_dir: Path | None = None) -> dict:
     """One run in a fresh process, as a row with every field of ``RUN_FIELDS``; with ``full``, also
-    ``episode_rows`` and ``throughput_per_s`` (left out of the solve JSON, which keeps curves only)."""
+    ``episode_rows``, ``episode_fields`` (their columns' names) and ``throughput_per_s`` (left out of
+    the solve JSON, which keeps curves only)."""
     with tempfile.TemporaryDirectory(prefix="vs-peers-") as tmp:
         try:
-            if system in OURS:
+            if system in OURS or system in OURS_ON_OLDER_ENVS:
                 row = _run_ours(system, task, seed, max_seconds, Path(tmp))
             else:
-                row = _run_peer(system, task, seed, max_seconds, Path(tmp), peers_python, threads)
+                row = _run_peer(system, task, seed, max_seconds, Path(tmp), peers_python, threads, peers_dir)
         except subprocess.TimeoutExpired:
             row = {"solved": False, "error": f"killed: still running {max_seconds + GRACE_S:.0f} s after launch"}
     base = {f: None for f in RUN_FIELDS}
@@ -258,6 +305,7 @@ def run_one(system: str, task: str, seed: int, max_seconds: float, peers_python:
     base["error"] = _clean(base["error"])
     if not full:
         base.pop("episode_rows", None)
+        base.pop("episode_fields", None)
         base.pop("throughput_per_s", None)
     return base
 
@@ -449,6 +497,13 @@ PEER_NOTES = [
     "PPO (`tianshou_ppo.py`): its CartPole PPO test's settings; on LunarLander our lunarlander_ppo pipeline's "
     "(Tianshou publishes none). Tianshou 2 DQN (`tianshou_dqn.py`): its examples' settings, "
     "examples/discrete/discrete_dqn.py on CartPole and examples/box2d/lunarlander_dqn.py on LunarLander.",
+    "Sample Factory 2 (`benchmarks/peers/sf_appo.py`), PufferLib 3 (`pufferlib_ppo.py`, a patched build: see "
+    "`benchmarks/peers/setup`) and TorchRL (`torchrl_ppo.py`), each in its own venv: on CartPole their "
+    "published settings (Sample Factory's gym example), RL-Zoo's on PufferLib's trainer and TorchRL's MuJoCo "
+    "PPO script adapted; on LunarLander RL-Zoo's (Sample Factory, PufferLib) and TorchRL's MuJoCo script "
+    "adapted; on Hopper their MuJoCo settings. Sample Factory and PufferLib pin gymnasium<1.0 and run "
+    "LunarLander-v2 and Hopper-v4; tianji-v4 is tianji_dask on Hopper-v4 beside them. Each file says what "
+    "exactly.",
 ]
 
 

@@ -184,7 +184,7 @@ def _cli_training_run() -> EarlyProcess:
     taken.listen()
     port = taken.getsockname()[1]
     return EarlyProcess(lambda d: [sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--explorers", "3",
-                                   "--set", "explorers=1", "--set", "stop.max_seconds=2",
+                                   "--set", "explorers=1", "--set", "stop.max_env_steps=6144",
                                    "--set", f"cluster.dashboard_address=:{port}", "--verbose", "--out", str(d / "run")],
                         held=[taken], port=port)
 
@@ -194,8 +194,9 @@ def cli_training_run():
     """One ``tianji-dask train`` as a user starts it, output into pipes, which two modules read:
     test_cli how its flags reached the run (``--explorers 3`` then ``--set explorers=1``: the
     later wins; a dashboard port that is taken), test_startup each step of its start (``--verbose``):
-    ``train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_seconds=2 --set
-    cluster.dashboard_address=:PORT --verbose --out OUT``. Gives the finished process (its
+    ``train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_env_steps=6144 --set
+    cluster.dashboard_address=:PORT --verbose --out OUT``: it stops on env steps, three chunks,
+    so a slow start on a busy machine cannot end it before its first chunk. Gives the finished process (its
     returncode, stdout and stderr), OUT and PORT."""
     early = started("cli_training_run")
     return SimpleNamespace(proc=early.wait(), out=early.dir / "run", port=early.port)

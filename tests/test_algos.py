@@ -17,9 +17,10 @@ from tianji_dask.algos.models import ActorCritic, QNetwork
 from tianji_dask.algos.optim import Adam, clip_grad_norm
 from tianji_dask.algos.ppo import PPO, PPOConfig, gae
 from tianji_dask.algos.replay_buffer import ReplayBuffer, nstep_transitions
-from tianji_dask.chunk import make_chunk, validate_chunk
+from tianji_dask.chunk import make_chunk
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import env_spaces
+from helpers import acted_chunk, hand_chunk, set_linear
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 
@@ -29,37 +30,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 ACT = gym.spaces.Discrete(2)
-
-
-def hand_chunk(T=6, N=2, seed=0, policy_version=0, extras=None, done_p=0.0):
-    """A random chunk obeying the schema: after a terminated/truncated step the env's next step
-    is an invalid autoreset step (also across the chunk start: step 0 may be invalid)."""
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(T + 1, N, 3)).astype(np.float32)
-    actions = rng.integers(0, 2, size=(T, N))
-    rewards = rng.normal(size=(T, N)).astype(np.float32)
-    terminated = np.zeros((T, N), bool)
-    truncated = np.zeros((T, N), bool)
-    valid = np.ones((T, N), bool)
-    resetting = rng.random(N) < done_p
-    for t in range(T):
-        valid[t] = ~resetting
-        u = rng.random(N)
-        terminated[t] = valid[t] & (u < done_p / 2)
-        truncated[t] = valid[t] & (u >= done_p / 2) & (u < done_p)
-        resetting = terminated[t] | truncated[t]
-    rewards[~valid] = 0.0
-    chunk = make_chunk(obs=obs, actions=actions, rewards=rewards, terminated=terminated, truncated=truncated,
-                       valid=valid, extras=extras or {}, explorer_id=0, policy_version=policy_version,
-                       t_start=0.0, t_end=1.0, episodes=[])
-    validate_chunk(chunk)
-    return chunk
-
-
-def set_linear(linear: torch.nn.Linear, weight, bias):
-    with torch.no_grad():
-        linear.weight.copy_(torch.tensor(weight, dtype=torch.float32))
-        linear.bias.copy_(torch.tensor(bias, dtype=torch.float32))
 
 
 # ---- replay and n-step returns ---------------------------------------------------------------
@@ -392,26 +362,19 @@ def test_ppo_act_logprob_matches_policy():
     np.testing.assert_array_equal(greedy, logp_all.argmax(1))
 
 
-def ppo_chunk(algo, seed, policy_version=0, T=8, N=3):
-    chunk = hand_chunk(T=T, N=N, seed=seed, policy_version=policy_version, done_p=0.2)
-    _, ex = algo.act(chunk["obs"][:T].reshape(T * N, 3), {})
-    chunk["extra_logprob"] = ex["logprob"].reshape(T, N)
-    return chunk
-
-
 def test_ppo_drops_and_counts_stale_segments():
     algo = PPO(OBS, ACT, PPOConfig(segments_per_batch=2, max_policy_lag=1), seed=0)
-    assert algo.ingest(ppo_chunk(algo, 0), staleness=2) == 0
+    assert algo.ingest(acted_chunk(algo, 0), staleness=2) == 0
     assert algo.dropped_segments == 1 and not algo.ready()
-    c1 = ppo_chunk(algo, 1)
+    c1 = acted_chunk(algo, 1)
     assert algo.ingest(c1, staleness=1) == c1["env_steps"] > 0
     assert not algo.ready()
-    algo.ingest(ppo_chunk(algo, 2), staleness=0)
-    algo.ingest(ppo_chunk(algo, 3), staleness=1)  # surplus: waits for the next batch
+    algo.ingest(acted_chunk(algo, 2), staleness=0)
+    algo.ingest(acted_chunk(algo, 3), staleness=1)  # surplus: waits for the next batch
     assert algo.ready() and algo.chunks_per_update() == 2
     metrics = algo.learn()
     # the batch was exactly the first two segments ...
-    assert metrics["batch_env_steps"] == c1["env_steps"] + ppo_chunk(algo, 2)["env_steps"]
+    assert metrics["batch_env_steps"] == c1["env_steps"] + acted_chunk(algo, 2)["env_steps"]
     assert metrics["samples"] == metrics["batch_env_steps"] * algo.config.update_epochs
     # ... and the surplus, now two versions old, was dropped
     assert algo.segments == [] and algo.dropped_segments == 2 and algo.updates == 1
@@ -421,10 +384,9 @@ def test_ppo_drops_and_counts_stale_segments():
 def test_a_checkpoint_keeps_every_counter_of_ppo_and_impala(cls, cfg):
     # PPO's checkpoints once lost late_segments_used; both now save what counters() reports
     algo = cls(OBS, ACT, cfg(segments_per_batch=2, max_policy_lag=1), seed=0)
-    chunk = ppo_chunk if cls is PPO else impala_chunk
-    algo.ingest(chunk(algo, 0), staleness=2)  # dropped: past the lag limit
-    algo.ingest(chunk(algo, 1), staleness=1)  # trained on, one version late
-    algo.ingest(chunk(algo, 2), staleness=0)
+    algo.ingest(acted_chunk(algo, 0), staleness=2)  # dropped: past the lag limit
+    algo.ingest(acted_chunk(algo, 1), staleness=1)  # trained on, one version late
+    algo.ingest(acted_chunk(algo, 2), staleness=0)
     algo.learn()
     assert algo.counters()["late_segments_used"] == 1 and algo.counters()["dropped_segments"] == 1
     again = cls(OBS, ACT, cfg(segments_per_batch=2, max_policy_lag=1), seed=1)
@@ -550,27 +512,20 @@ def test_vtrace_on_policy_is_the_n_step_return():
             np.testing.assert_allclose(adv[s, i], ret - values[s, i], rtol=1e-5, atol=1e-5)
 
 
-def impala_chunk(algo, seed, policy_version=0, T=8, N=3):
-    chunk = hand_chunk(T=T, N=N, seed=seed, policy_version=policy_version, done_p=0.2)
-    _, ex = algo.act(chunk["obs"][:T].reshape(T * N, 3), {})
-    chunk["extra_logprob"] = ex["logprob"].reshape(T, N)
-    return chunk
-
-
 def test_impala_trains_on_stale_segments_and_drops_only_beyond_max_policy_lag():
     algo = IMPALA(OBS, ACT, IMPALAConfig(segments_per_batch=2), seed=0)
-    old = impala_chunk(algo, 0)
+    old = acted_chunk(algo, 0)
     assert algo.accepts(10**6)
     assert algo.ingest(old, staleness=500) == old["env_steps"] > 0
     assert not algo.ready()
-    algo.ingest(impala_chunk(algo, 1), staleness=0)
+    algo.ingest(acted_chunk(algo, 1), staleness=0)
     assert algo.ready() and algo.chunks_per_update() == 2
     metrics = algo.learn()
     assert metrics["segments"] == 2 and metrics["policy_lag_mean"] == 250
     assert algo.counters() == {"dropped_segments": 0, "late_segments_used": 1, "max_lag_used": 500}
     bounded = IMPALA(OBS, ACT, IMPALAConfig(max_policy_lag=3), seed=0)
-    assert not bounded.accepts(4) and bounded.ingest(impala_chunk(bounded, 2), staleness=4) == 0
-    assert bounded.ingest(impala_chunk(bounded, 3), staleness=3) > 0
+    assert not bounded.accepts(4) and bounded.ingest(acted_chunk(bounded, 2), staleness=4) == 0
+    assert bounded.ingest(acted_chunk(bounded, 3), staleness=3) > 0
     assert bounded.counters()["dropped_segments"] == 1
 
 
@@ -578,7 +533,7 @@ def test_impala_loss_uses_vtrace_targets_and_advantages():
     algo = IMPALA(OBS, ACT, IMPALAConfig(hidden=(), norm_adv=False, ent_coef=0.01, vf_coef=0.5), seed=0)
     set_linear(algo.net.actor_head, [[0.5, -1.0, 0.0], [0.0, 1.0, 0.5]], [0.1, 0.0])
     set_linear(algo.net.critic_head, [[1.0, 0.5, -0.5]], [0.2])
-    chunk = impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
+    chunk = acted_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
     loss, stats = algo.loss([chunk])
     T, N = chunk["rewards"].shape
     x = chunk["obs"].astype(np.float64)
@@ -602,7 +557,7 @@ def test_impala_step_minibatches_match_the_segment_loss_and_train():
     # minibatch_size: V-trace once per pass, then minibatches of single steps re-evaluated under
     # the current network; one minibatch holding every step is the segment's loss, gradients too
     def chunk():
-        return impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
+        return acted_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=5), 1, T=10, N=4)
 
     steps = int(chunk()["valid"].sum())
     # one gradient step each: a on the whole segment, b on one minibatch of every one of its steps
@@ -630,13 +585,13 @@ def test_impala_step_minibatches_match_the_segment_loss_and_train():
 
 def test_impala_state_dict_round_trip_resumes_identically():
     a = IMPALA(OBS, ACT, IMPALAConfig(), seed=0)
-    a.ingest(impala_chunk(a, 0), staleness=3)
+    a.ingest(acted_chunk(a, 0), staleness=3)
     a.learn()
     state = pickle.loads(pickle.dumps(a.state_dict()))
     b = IMPALA(OBS, ACT, IMPALAConfig(), seed=7)
     b.load_state_dict(state)
     assert b.updates == 1 and b.counters() == a.counters() == {"dropped_segments": 0, "late_segments_used": 1, "max_lag_used": 3}
-    chunk = impala_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=3), 1)
+    chunk = acted_chunk(IMPALA(OBS, ACT, IMPALAConfig(), seed=3), 1)
     a.ingest(chunk, staleness=0)
     b.ingest(chunk, staleness=0)
     assert a.learn() == b.learn()  # same optimiser state and RNG (minibatch shuffles): same step
@@ -714,13 +669,13 @@ def test_dqn_state_dict_round_trip_resumes_identically():
 
 def test_ppo_state_dict_round_trip_resumes_identically():
     a = PPO(OBS, ACT, PPOConfig(), seed=0)
-    a.ingest(ppo_chunk(a, 0), staleness=0)
+    a.ingest(acted_chunk(a, 0), staleness=0)
     a.learn()
     state = pickle.loads(pickle.dumps(a.state_dict()))
     b = PPO(OBS, ACT, PPOConfig(), seed=7)
     b.load_state_dict(state)
     assert b.updates == 1
-    chunk = ppo_chunk(PPO(OBS, ACT, PPOConfig(), seed=3), 1)
+    chunk = acted_chunk(PPO(OBS, ACT, PPOConfig(), seed=3), 1)
     a.ingest(chunk, staleness=0)
     b.ingest(chunk, staleness=0)
     assert a.learn() == b.learn()
@@ -744,13 +699,11 @@ def test_clip_grad_norm_matches_torch():
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused kernel", "multi-tensor ops"])
-def test_adam_matches_the_textbook_update(fused, monkeypatch):
-    if not fused:
-        monkeypatch.setattr(Adam, "_fusable", lambda self: False)
+def test_adam_matches_the_textbook_update(fused):
     rng = np.random.default_rng(0)
     w0 = rng.normal(size=(4, 3))
     p = torch.nn.Parameter(torch.tensor(w0, dtype=torch.float64))
-    opt = Adam([p], lr=0.1, betas=(0.8, 0.9), eps=1e-3)
+    opt = Adam([p], lr=0.1, betas=(0.8, 0.9), eps=1e-3, fused=fused)
     w, m, v = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
     for t in range(1, 6):
         g = rng.normal(size=w0.shape)
@@ -761,7 +714,7 @@ def test_adam_matches_the_textbook_update(fused, monkeypatch):
         v = 0.9 * v + 0.1 * g * g
         w = w - 0.1 * (m / (1 - 0.8**t)) / (np.sqrt(v / (1 - 0.9**t)) + 1e-3)
         np.testing.assert_allclose(p.detach().numpy(), w, rtol=1e-10)
-    assert (opt._step_count is not None) == fused  # the path asked for is the one taken
+    assert opt.fused == fused  # the path asked for is the one taken
     q = torch.nn.Parameter(torch.tensor(w0))
     opt2 = Adam([q], lr=0.5)
     opt2.load_state_dict(opt.state_dict())
@@ -826,8 +779,7 @@ def test_image_observations_get_the_convolutional_encoder_and_act_through_torch(
 @pytest.mark.parametrize("name", ["ppo", "impala"])
 def test_a_busy_learner_takes_up_to_max_segments_into_one_update(name):
     algo = make_algorithm(name, OBS, ACT, {"segments_per_batch": 2, "max_segments_per_batch": 4}, seed=0)
-    make_chunk_of = ppo_chunk if name == "ppo" else impala_chunk
-    chunks = [make_chunk_of(algo, seed) for seed in range(6)]
+    chunks = [acted_chunk(algo, seed) for seed in range(6)]
     assert algo.takes_more() and not algo.ready()
     for chunk in chunks[:2]:
         algo.ingest(chunk, staleness=0)

@@ -6,21 +6,15 @@ it, a second driver)."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tianji_dask.cli import main
 from tianji_dask.run import attach
-
-
-def _spawn(args, log):
-    return subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT)
+from helpers import external_cluster, spawn, wait_for
 
 
 def _run_dir(tmp_path, address: str | None, run_id: str = "abcd1234"):
@@ -114,81 +108,51 @@ def _driver_of(client, run_id: str) -> str | None:
     return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["tianji"].drivers.get(run_id))
 
 
-def _wait(what: str, check, timeout: float, log_path):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s\n{log_path.read_text()[-4000:]}")
-
-
 @pytest.mark.slow  # about 90 s: a 40 s run, its start, a kill and an attach
 def test_a_killed_driver_leaves_the_run_training_and_attach_ends_it(tmp_path, capsys):
     from distributed import Client
 
     log_path = tmp_path / "processes.log"
-    log = open(log_path, "w+")
-    procs = [_spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                     "--preload", "tianji_dask.preload"], log)]
     client = None
-    try:
-        def scheduler_address():
-            m = re.search(r"Scheduler at:\s+(tcp://\S+)", log_path.read_text())
-            return m and m.group(1)
-
-        address = _wait("the scheduler's start", scheduler_address, 60, log_path)
-        procs.append(_spawn(["distributed.cli.dask_worker", address, "--nthreads", "1", "--no-dashboard",
-                             "--resources", "LEARNER=1", "--name", "learner"], log))
-        procs.append(_spawn(["distributed.cli.dask_worker", address, "--nthreads", "2", "--no-dashboard",
-                             "--resources", "EXPLORER=2", "--name", "explorer"], log))
-        out = tmp_path / "run"
-        driver = _spawn(["tianji_dask", "train", "cartpole_dqn", "--scheduler", address, "--set", "stop.on_solve=false",
-                         "--set", "stop.max_seconds=40", "--out", str(out), "--quiet"], log)
-        procs.append(driver)
-        run_file = out / "run.json"
-        run_id = _wait("the run file", lambda: run_file.is_file() and json.loads(run_file.read_text())["run_id"],
-                       120, log_path)
-        client = Client(address)
-        name = attach.dataset_name(run_id)
-        _wait("the run's state published", lambda: name in client.list_datasets(), 120, log_path)
-        _wait("a few seconds of training", lambda: (_state(client, run_id)["learner_version"] or 0) >= 200, 60, log_path)
-        first_driver = _driver_of(client, run_id)
-        assert first_driver is not None
-        driver.send_signal(signal.SIGKILL)
-        assert driver.wait(timeout=30) == -signal.SIGKILL
-        at_kill = _state(client, run_id)["learner_version"]
-        # no driver: the learner trains on, its actor held by the published state
-        _wait("training after the kill", lambda: _state(client, run_id)["learner_version"] > at_kill + 100, 30, log_path)
-        assert name in client.list_datasets() and not (out / "results.json").exists()
-        attached = _spawn(["tianji_dask", "attach", str(out)], log)
-        procs.append(attached)
-        _wait("the attached driver", lambda: _driver_of(client, run_id) not in (None, first_driver), 60, log_path)
-        line = _refused(capsys, out)  # a second driver while one is attached
-        assert "has a driver attached already" in line
-        assert attached.wait(timeout=120) == 0, log_path.read_text()[-4000:]
-        results = json.loads((out / "results.json").read_text())
-        assert results["run_id"] == run_id and results["error"] is None
-        assert results["stop_reason"] == "max_seconds" and results["wall_s"] >= 39
-        assert results["final_version"] > at_kill and results["updates"] > 0 and results["episodes"] > 0
-        assert (out / "episodes.csv").is_file() and (out / "chunks.csv").is_file()
-        accounting = results["chunk_accounting"]
-        assert accounting["balanced"] and accounting["granted"] == results["chunks"] + results["chunks_lost"], accounting
-        assert name not in client.list_datasets()  # nothing left on the scheduler
-        assert _driver_of(client, run_id) is None
-        assert "has finished" in _refused(capsys, out)
-        assert "tianji-dask: results" in log_path.read_text()
-    finally:
-        if client is not None:
-            client.close()
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        log.close()
+    with external_cluster(log_path) as (address, procs):
+        try:
+            log = open(log_path, "a")
+            out = tmp_path / "run"
+            driver = spawn(["tianji_dask", "train", "cartpole_dqn", "--scheduler", address, "--set", "stop.on_solve=false",
+                            "--set", "stop.max_seconds=40", "--out", str(out), "--quiet"], log)
+            procs.append(driver)
+            run_file = out / "run.json"
+            run_id = wait_for("the run file", lambda: run_file.is_file() and json.loads(run_file.read_text())["run_id"],
+                              120, log_path)
+            client = Client(address)
+            name = attach.dataset_name(run_id)
+            wait_for("the run's state published", lambda: name in client.list_datasets(), 120, log_path)
+            wait_for("a few seconds of training", lambda: (_state(client, run_id)["learner_version"] or 0) >= 200, 60, log_path)
+            first_driver = _driver_of(client, run_id)
+            assert first_driver is not None
+            driver.send_signal(signal.SIGKILL)
+            assert driver.wait(timeout=30) == -signal.SIGKILL
+            at_kill = _state(client, run_id)["learner_version"]
+            # no driver: the learner trains on, its actor held by the published state
+            wait_for("training after the kill", lambda: _state(client, run_id)["learner_version"] > at_kill + 100, 30, log_path)
+            assert name in client.list_datasets() and not (out / "results.json").exists()
+            attached = spawn(["tianji_dask", "attach", str(out)], log)
+            procs.append(attached)
+            wait_for("the attached driver", lambda: _driver_of(client, run_id) not in (None, first_driver), 60, log_path)
+            line = _refused(capsys, out)  # a second driver while one is attached
+            assert "has a driver attached already" in line
+            assert attached.wait(timeout=120) == 0, log_path.read_text()[-4000:]
+            results = json.loads((out / "results.json").read_text())
+            assert results["run_id"] == run_id and results["error"] is None
+            assert results["stop_reason"] == "max_seconds" and results["wall_s"] >= 39
+            assert results["final_version"] > at_kill and results["updates"] > 0 and results["episodes"] > 0
+            assert (out / "episodes.csv").is_file() and (out / "chunks.csv").is_file()
+            accounting = results["chunk_accounting"]
+            assert accounting["balanced"] and accounting["granted"] == results["chunks"] + results["chunks_lost"], accounting
+            assert name not in client.list_datasets()  # nothing left on the scheduler
+            assert _driver_of(client, run_id) is None
+            assert "has finished" in _refused(capsys, out)
+            assert "tianji-dask: results" in log_path.read_text()
+        finally:
+            if client is not None:
+                client.close()

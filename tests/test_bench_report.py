@@ -186,3 +186,44 @@ def test_suite_skips_a_cell_whose_file_exists(suite, tmp_path):
     assert [(c["system"], c["seed"]) for c in some] == [("tianji", 2), ("sb3", 2)]
     with pytest.raises(suite.BadInput, match="system rllib not in suite 'cartpole'"):
         suite.plan("cartpole", systems=["rllib"], results=tmp_path)
+
+
+def test_a_peer_on_an_older_env_id_is_named_so_and_compared_with_tianji_on_that_env(suite, tmp_path):
+    """Sample Factory and PufferLib run Hopper-v4 (their gymnasium has no v5): their rows carry the env
+    id, tianji-v4 (tianji_dask on Hopper-v4) is their reference, and each row of a peer with its own
+    venv says its settings (PufferLib's patched build named); every row has the time from launch."""
+    results = tmp_path / "results"
+    runs = {("tianji", "Hopper-v5"): [50.0, 60.0, 70.0], ("tianji-v4", "Hopper-v4"): [55.0, 65.0, 75.0],
+            ("sf", "Hopper-v4"): [100.0, None, 120.0], ("pufferlib", "Hopper-v4"): [30.0, 40.0, 45.0]}
+    for (system, env_id), times in runs.items():
+        for seed, t in enumerate(times):
+            doc = _raw(system, seed, t)
+            doc.update(task="hopper_ppo", env_id=env_id, max_seconds=BUDGET)
+            doc["run"].update(task="hopper_ppo", time_to_solve_from_launch_s=None if t is None else t + 10.0,
+                              build_s_from_launch=10.0, config={"source": f"{system}'s own Hopper settings"})
+            suite.write_atomically(suite.cell_path(results, "hopper_ppo", system, seed), suite._dumps(doc))
+    doc_path = tmp_path / "page.md"
+    doc_path.write_text(f"{HEAD}{BEGIN}\n{END}{TAIL}")
+    proc = _report(results, doc_path, tmp_path / "images")
+    assert proc.returncode == 0, proc.stderr
+    section = doc_path.read_text()
+    header = _row(section, "system")
+    rows = {name: dict(zip(header, _row(section, name)))
+            for name in ("tianji", "tianji-v4 (Hopper-v4)", "sf (Hopper-v4)", "pufferlib (Hopper-v4)")}
+    assert rows["tianji"]["P(tianji faster) [95% CI]"] == "reference"
+    assert rows["tianji-v4 (Hopper-v4)"]["P(tianji faster) [95% CI]"] == "reference"
+    assert rows["sf (Hopper-v4)"]["P(tianji faster) [95% CI]"].endswith("vs tianji-v4 (Hopper-v4)")
+    assert rows["pufferlib (Hopper-v4)"]["P(tianji faster) [95% CI]"].startswith("0.00 [")  # always faster than ours
+    # the median from launch: solved runs at their time from launch, an unsolved one at budget + build
+    assert rows["tianji"]["median from launch"] == "70.0 s"
+    assert rows["sf (Hopper-v4)"]["median from launch"] == "130.0 s"
+    assert rows["sf (Hopper-v4)"]["solved"] == "2/3"
+    lines = section.splitlines()
+    # the v4 rows after the task's env's, tianji-v4 first among them
+    order = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and "|---" not in line][1:]
+    assert order == ["tianji", "tianji-v4 (Hopper-v4)", "sf (Hopper-v4)", "pufferlib (Hopper-v4)"]
+    notes = [line for line in lines if line.startswith("- ")]
+    assert any(n.startswith("- sf (Hopper-v4) (tuned): sf's own Hopper settings.") for n in notes)
+    assert any(n.startswith("- pufferlib (Hopper-v4) (tuned):") for n in notes)
+    assert sum("PufferLib 3.0.0 is a patched build" in n for n in notes) == 1
+    assert not any(n.startswith("- tianji (") for n in notes)

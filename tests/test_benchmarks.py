@@ -182,9 +182,9 @@ def test_the_cleanrl_style_peer_trains_and_records_its_episodes(tmp_path):
 def test_ppo_lag_study_sets_each_variant_and_tables_unsolved_runs_apart(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # for its shared _report
     study = _load("ppo_lag_study", ROOT / "benchmarks" / "ppo_lag_study.py")
-    assert study._overrides("lag0", 3, 60) == {"seed": 3, "stop.max_seconds": 60, "mode": "relaxed",
+    assert study.variant_overrides("lag0", 3, 60) == {"seed": 3, "stop.max_seconds": 60, "mode": "relaxed",
                                                "algo.config.max_policy_lag": 0}
-    assert study._overrides("lockstep", 1, 60)["mode"] == "lockstep"
+    assert study.variant_overrides("lockstep", 1, 60)["mode"] == "lockstep"
     row = dict(seed=0, wall_s=10.0, env_steps=4096, updates=2, env_steps_per_update=2048.0, updates_per_s=0.2,
                learner_busy=0.9, staleness_mean=0.5, error=None)
     rows = [dict(row, variant="lag1", solved=True, time_to_solve_s=8.0),
@@ -214,7 +214,7 @@ def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypat
                 "staleness_versions": {"mean": 2.0, "mean_second_half": 2.1}, "solved": False, "wall_s": seconds,
                 "controller": {"target_verdict": {"state": "held", "reason": None}}}
 
-    monkeypatch.setattr(scale, "_run", fake_run)
+    monkeypatch.setattr(scale, "train_cell", fake_run)
     grid = ["staleness", "--targets", "2", "4", "--explorers", "8", "--pipelines", "cartpole_impala", "--seeds", "0",
             "--max-seconds", "5", "--cells", str(tmp_path / "cells")]
     assert scale.main(grid) == 0 and ran == [(2, 0), (4, 0)]
@@ -235,8 +235,8 @@ def test_the_staleness_grid_tells_a_miss_from_too_few_chunks_to_say(monkeypatch)
     def seeds(*pairs):
         return [{"staleness_second_half": s, "staleness_second_half_se": se} for s, se in pairs]
 
-    assert scale._within(2.4, 2, seeds((2.4, 0.1))) == "yes"  # inside ±25%
+    assert scale.within_target(2.4, 2, seeds((2.4, 0.1))) == "yes"  # inside ±25%
     # 2.8 is 0.3 past the band's 2.5: two seeds' second halves too noisy to call it, then one precise enough
-    assert scale._within(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
-    assert scale._within(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
-    assert scale._within(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss
+    assert scale.within_target(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
+    assert scale.within_target(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
+    assert scale.within_target(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss

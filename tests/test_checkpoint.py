@@ -55,15 +55,17 @@ def test_non_finite_metrics_stop_the_run():
 def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     client = None if mode == "single" else tianji_client
     out = tmp_path / mode
+    # the first part stops once it has learned (a mean of 150; a random policy scores ~20), however
+    # many env steps that takes on this machine's numerics
     first = Run("cartpole_ppo", client, out=out, overrides={
-        "mode": mode, "stop.target_return": None, "stop.max_env_steps": 120_000, "checkpoint.every_versions": 5,
+        "mode": mode, "stop.target_return": 150, "stop.max_env_steps": 1_000_000, "checkpoint.every_versions": 5,
     }).start().wait()
-    assert first["checkpoint"] and first["final_version"] > 10
+    assert first["solved"] and first["checkpoint"] and first["final_version"] > 10, first["stop_reason"]
     learned = first["final_mean_return"]
-    assert learned > 60, f"the first part did not learn enough to tell ({learned})"
     episodes_before = first["episodes"]
 
-    run = Run.resume(out, client, overrides={"stop.max_env_steps": 150_000})
+    budget = first["env_steps"] + 30_000
+    run = Run.resume(out, client, overrides={"stop.target_return": None, "stop.max_env_steps": budget})
     second = run.start().wait()
     assert second["error"] is None
     # the books go on: same episodes and version counter, more of both
@@ -75,7 +77,7 @@ def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     # the new episodes start from the learned policy, not from scratch (a random policy scores ~20)
     assert new[:10, 1].mean() > 0.5 * learned and new[:10, 1].mean() > 40
     results = json.loads((out / "results.json").read_text())
-    assert results["env_steps"] >= 150_000 and results["updates"] == second["updates"]
+    assert results["env_steps"] >= budget and results["updates"] == second["updates"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import yaml
+from helpers import cli
 
 from tianji_dask.config import resolve_pipeline_path
 
@@ -74,17 +75,7 @@ def _plain(text: str) -> None:
     assert "Warning" not in text and "warnings.warn" not in text and "Traceback" not in text, text
 
 
-def _main(capsys, *args) -> tuple[int, str, str]:
-    """The CLI run in this process, as the program runs it: (exit status, stdout, stderr). A
-    refusal of argparse's own exits as it would in the program."""
-    from tianji_dask.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
+_main = cli  # the CLI in this process (helpers.cli)
 
 
 @pytest.mark.parametrize("setting,named", [
@@ -122,19 +113,22 @@ def test_a_bad_set_names_what_is_allowed(capsys):
 
 
 def test_set_reaches_the_run_and_a_later_setting_wins(cli_training_run):
-    # `train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_seconds=2 --set
-    # cluster.dashboard_address=:PORT` (conftest), PORT taken: one line says which port the
-    # dashboard moved to, no warning
+    # `train cartpole_ppo --explorers 3 --set explorers=1 --set stop.max_env_steps=6144 --set
+    # cluster.dashboard_address=:PORT --verbose` (conftest), PORT taken: one line says which port
+    # the dashboard moved to; --verbose lets distributed's own warning of it through as well
     proc, out, port = cli_training_run.proc, cli_training_run.out, cli_training_run.port
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert "tianji-dask: training cartpole_ppo (CartPole-v1, ppo, relaxed, 1 explorer)" in proc.stdout, text
     assert f"tianji-dask: dashboard port {port} is taken; using " in proc.stdout, text
+    assert f"UserWarning: Port {port} is already in use" in proc.stderr, proc.stderr
     # stdout and stderr are pipes here: the progress comes as plain whole lines
-    assert "[relaxed] " in proc.stderr and "in flight" in proc.stderr.splitlines()[0], proc.stderr
-    _plain(text)
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("[relaxed] ")]
+    assert progress and all("in flight" in line for line in progress), proc.stderr
+    _plain(proc.stdout + "\n".join(progress))
+    assert "Traceback" not in text, text
     results = json.loads((out / "results.json").read_text())
-    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_seconds"] == 2
+    assert results["explorers"] == 1 and results["pipeline_config"]["stop"]["max_env_steps"] == 6144
     assert set(results["controller"]["per_explorer_env_steps"]) == {"0"}
 
 

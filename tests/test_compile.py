@@ -24,6 +24,7 @@ class Toy:
         self.compilable = compilable
 
     _modules = Algorithm._modules  # the networks, as an Algorithm lists them
+    compiled, use_loss = Algorithm.compiled, Algorithm.use_loss  # how learn() reaches a compiled loss
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = self.net(x)
@@ -34,7 +35,7 @@ class Toy:
 
     def learn(self, x: torch.Tensor) -> None:
         for name in self.compilable:
-            out = getattr(self, name)(x)
+            out = self.compiled(name)(x)
             (out[0] if isinstance(out, tuple) else out).backward()
 
 
@@ -82,18 +83,32 @@ def test_compilable_naming_no_method_is_refused_before_any_cluster():
 def test_compiled_loss_is_swapped_in_between_updates_and_matches_eager():
     toy, x = Toy(), torch.randn(8, 4)
     compiler = BackgroundCompile(toy, "default")
-    assert compiler.state == "waiting" and "loss" in vars(toy)  # recording the first call's inputs
+    assert compiler.state == "waiting" and toy.compiled("loss") != toy.loss  # recording the first call's inputs
     updates = _train_until_settled(toy, compiler, x)
     s = compiler.summary()
     assert s["state"] == "on", s
     assert 1 <= s["eager_updates"] == s["installed_at_update"] == updates  # trained eager until then
     eager_out, eager_y = Toy.loss(toy, x)
     eager_grads = torch.autograd.grad(eager_out, list(toy.net.parameters()))
-    out, y = toy.loss(x)  # now the compiled function, bound to the learner's own algorithm
-    assert toy.loss.__func__ is not Toy.loss
+    out, y = toy.compiled("loss")(x)  # now the compiled function, bound to the learner's own algorithm
+    assert toy.compiled("loss").__func__ is not Toy.loss and toy.loss.__func__ is Toy.loss  # the method stays
     grads = torch.autograd.grad(out, list(toy.net.parameters()))
     assert torch.allclose(out, eager_out, rtol=1e-5) and torch.allclose(y, eager_y, rtol=1e-5)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(grads, eager_grads))
+
+
+@pytest.mark.slow  # torch.compile: seconds
+def test_a_loss_learn_does_not_call_through_compiled_is_named_and_the_learner_stays_eager():
+    class Direct(Toy):
+        def learn(self, x):  # calls its loss directly: compilation cannot reach it
+            self.loss(x)[0].backward()
+
+    toy, x = Direct(), torch.randn(8, 4)
+    compiler = BackgroundCompile(toy, "default")
+    updates = _train_until_settled(toy, compiler, x)
+    s = compiler.summary()
+    assert s["state"] == "failed" and updates == s["eager_updates"] == 3, s
+    assert "without calling loss through self.compiled(name)" in s["reason"] and toy.compiled("loss") == toy.loss
 
 
 @pytest.mark.slow  # torch.compile: seconds
@@ -104,7 +119,7 @@ def test_a_loss_that_differs_from_eager_leaves_the_learner_eager_with_the_reason
     s = compiler.summary()
     assert s["state"] == "failed" and s["installed_at_update"] is None, s
     assert s["reason"].startswith("ValueError: compiled noisy outputs differ from eager"), s["reason"]
-    assert "loss" not in vars(toy) and "noisy" not in vars(toy)  # the class's own methods, eager
+    assert toy.compiled("loss") == toy.loss and toy.compiled("noisy") == toy.noisy  # the class's own methods, eager
 
 
 def _compile_stacks(client) -> dict:
@@ -132,7 +147,10 @@ def test_a_run_with_compile_on_trains_eager_then_compiled(tianji_client, tmp_pat
             pytest.fail(f"learner.compile went {seen + [state]}; the compile thread: {_compile_stacks(tianji_client)}")
         seen += [state] if not seen or seen[-1] != state else []
         time.sleep(0.2)
-    time.sleep(2)  # a few compiled updates
+    installed = run.status()["updates"]
+    while run.status()["updates"] < installed + 5:  # a few compiled updates
+        assert time.time() < deadline, "no update after the compiled loss was installed"
+        time.sleep(0.2)
     run.stop()
     r = run.wait()
     c = r["learner_compile"]

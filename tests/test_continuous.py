@@ -23,41 +23,15 @@ from tianji_dask.algos.gaussian import (
 )
 from tianji_dask.algos.normalize import ObsNormalizer, RewardScaler
 from tianji_dask.algos.sac import SAC, SACConfig
-from tianji_dask.chunk import make_chunk, validate_chunk
+from tianji_dask.chunk import validate_chunk
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import env_spaces
+from helpers import box_chunk, set_linear
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32))
-
-
-def box_chunk(T=8, N=3, seed=0, done_p=0.2, explorer_id=0, extras=None, action_dim=2):
-    """A random chunk with Box actions in [-1, 1], obeying the schema (after a terminated or
-    truncated step the env's next step is an invalid autoreset step)."""
-    rng = np.random.default_rng(seed)
-    obs = (rng.normal(size=(T + 1, N, 3)) * [1.0, 5.0, 0.1] + [0.0, 3.0, -1.0]).astype(np.float32)
-    terminated, truncated, valid = np.zeros((T, N), bool), np.zeros((T, N), bool), np.ones((T, N), bool)
-    resetting = np.zeros(N, bool)
-    for t in range(T):
-        valid[t] = ~resetting
-        u = rng.random(N)
-        terminated[t] = valid[t] & (u < done_p / 2)
-        truncated[t] = valid[t] & (u >= done_p / 2) & (u < done_p)
-        resetting = terminated[t] | truncated[t]
-    rewards = np.where(valid, rng.normal(size=(T, N)), 0.0).astype(np.float32)
-    chunk = make_chunk(obs=obs, actions=rng.uniform(-1, 1, (T, N, action_dim)).astype(np.float32), rewards=rewards,
-                       terminated=terminated, truncated=truncated, valid=valid, extras=extras or {},
-                       explorer_id=explorer_id, policy_version=0, t_start=0.0, t_end=1.0, episodes=[])
-    validate_chunk(chunk)
-    return chunk
-
-
-def set_linear(linear: torch.nn.Linear, weight, bias):
-    with torch.no_grad():
-        linear.weight.copy_(torch.tensor(weight, dtype=torch.float32))
-        linear.bias.copy_(torch.tensor(bias, dtype=torch.float32))
 
 
 # ---- the Gaussian policy of PPO and IMPALA -------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from conftest import settle
 
 from tianji_dask.config import PipelineError, load_pipeline
+from tianji_dask.dataflow.controller.books import HistoryRow
 from tianji_dask.dataflow.controller.plugin import StalenessController
 from tianji_dask.dataflow.controller.pacing import (
     REPLAY_CEILING_MARGIN,
@@ -503,9 +504,9 @@ SLOW_LEARNER = {
 
 def _staleness_of_chunks(results, first, last):
     """Mean staleness of consumed chunks number ``first`` to ``last`` (in consumption order)."""
-    h = np.array(results["controller"]["history"])
+    h = [HistoryRow(*row) for row in results["controller"]["history"]]
     assert len(h) >= last, f"only {len(h)} chunks consumed"
-    return float(h[first:last, 4].mean())
+    return float(np.mean([row.staleness_versions for row in h[first:last]]))
 
 
 def _wait_for_chunks(run, n, timeout=120):

@@ -210,3 +210,19 @@ def test_a_runs_workers_start_without_the_nannys_malloc_trim_threshold(tianji_cl
     with mock.patch.dict(os.environ, {"MALLOC_TRIM_THRESHOLD_": "1000000"}):  # the user's own: it wins
         assert forkserver.left_out_config() == {}
         assert forkserver.worker_environ()["MALLOC_TRIM_THRESHOLD_"] == "1000000"
+
+
+def test_the_workers_log_of_erred_tasks_leaves_out_the_keys_it_is_told(client):
+    def boom():
+        raise RuntimeError("boom")
+
+    quiet = dask_internals.quiet_task_errors(("tianji-explore-quiet1-",))  # the worker runs in this process
+    try:
+        for key in ("tianji-explore-quiet1-0123456789ab", "tianji-other-quiet1"):
+            with pytest.raises(RuntimeError):
+                client.submit(boom, key=key, pure=False).result(timeout=30)
+    finally:
+        dask_internals.loud_task_errors(quiet)
+    logged = [m for records in client.get_worker_logs().values() for _, m in records if "Compute Failed" in m]
+    assert any("tianji-other-quiet1" in m for m in logged), logged
+    assert not any("tianji-explore-quiet1" in m for m in logged), logged

@@ -65,9 +65,9 @@ def test_chunks_cross_processes_intact_and_a_discarded_one_is_not_kept(way):
         assert stats["connections"] == {"unix": int(way == "unix"), "tcp": int(way == "tcp")}, "one connection, this way"
         assert sink.held() == 0, "the discarded chunk was dropped on arrival"
         deadline = time.monotonic() + 10
-        while sink._conns and time.monotonic() < deadline:
+        while sink.connections_open() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not sink._conns, "the closed connection is forgotten"
+        assert not sink.connections_open(), "the closed connection is forgotten"
         assert sink.take("never-sent", timeout=0.1) is None
         assert sink.refusals() == dict.fromkeys(REFUSALS, 0)
     finally:
@@ -126,14 +126,14 @@ def test_a_relaxed_run_takes_every_chunk_the_direct_way(tianji_client, tmp_path)
 def test_receive_buffers_are_reused_only_once_no_chunk_views_them():
     sink = ChunkSink("127.0.0.1")
     try:
-        first = sink._buffer(4096)
+        first = sink.receive_buffer(4096)
         pooled = id(first.base)
-        assert id(sink._buffer(4096).base) != pooled, "in use: a chunk's arrays view it"
+        assert id(sink.receive_buffer(4096).base) != pooled, "in use: a chunk's arrays view it"
         view = np.ndarray((8,), np.float32, buffer=first)
         del first
-        assert id(sink._buffer(4096).base) != pooled, "a view of it still lives"
+        assert id(sink.receive_buffer(4096).base) != pooled, "a view of it still lives"
         del view
-        assert id(sink._buffer(3000).base) == pooled, "free again: its pages are reused"
+        assert id(sink.receive_buffer(3000).base) == pooled, "free again: its pages are reused"
     finally:
         sink.close()
 
@@ -159,7 +159,7 @@ def test_a_unix_connection_takes_a_megabyte_chunk_in_one_write():
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as plain:
         default = plain.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     sink = ChunkSink("127.0.0.1")
-    conn = direct_send._connect(sink.address, sink.secret)
+    conn = direct_send.connect(sink.address, sink.secret)
     try:
         assert conn.family == socket.AF_UNIX
         got = conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from custom_nets import Features
-from test_algos import hand_chunk
+from helpers import hand_chunk
 
 from tianji_dask.algos import make_algorithm
 from tianji_dask.chunk import validate_chunk

@@ -6,6 +6,7 @@ import pytest
 
 from tianji_dask.cli import main
 from tianji_dask.run import Run
+from tianji_dask.core import summary
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_a_run_can_solve_on_its_evaluations():
     ledger.record_eval(2.0, 20, [100, 120])
     assert ledger.check_stop(now=2.5) == "solved"
     ledger.t_end = 3.0
-    results = ledger.results(20)
+    results = summary.results(ledger, 20)
     assert results["solved"] and results["time_to_solve_s"] == 2.0 and [r["mean"] for r in results["eval"]] == [55, 110]
     # training returns do not solve such a run
     assert not StopRules(target_return=100, on_eval=True).window_mean_solves([200] * 100)

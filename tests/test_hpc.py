@@ -47,7 +47,7 @@ def test_slurm_jobs_run_the_learner_and_the_explorers(tmp_path):
     assert {"tianji-learner", "tianji-explorer"} <= seen, seen  # both roles ran as Slurm jobs
     assert results["error"] is None and results["updates"] > 0 and results["episodes"] > 0
     assert (run.out / "results.json").exists()
-    time.sleep(2)
+    _wait_for_no_jobs()
     left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "tianji-" not in left  # the run's jobs are gone with it
 
@@ -151,9 +151,18 @@ def test_a_run_outlives_its_learner_jobs(tmp_path):
     assert all(h["next_update_s"] is not None and h["next_update_s"] < 60 for h in handoffs), handoffs
     assert results["chunk_accounting"]["balanced"], results["chunk_accounting"]
     assert results["chunk_accounting"]["granted"] == results["chunks"] + results["chunks_lost"]
-    time.sleep(2)
+    _wait_for_no_jobs()
     left = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "tianji-" not in left  # every learner job, the retired ones too, is gone with the run
+
+
+def _wait_for_no_jobs(timeout: float = 60) -> None:
+    """Until Slurm lists none of the run's jobs (cancelled jobs leave the queue as their steps end)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if "tianji-" not in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout:
+            return
+        time.sleep(0.5)
 
 
 def _wait_for_version(run, version: int, timeout: float = 120) -> None:

@@ -45,13 +45,13 @@ def test_ledger_time_split_counts_nested_parts_once(monkeypatch):
     clock = [100.0]  # a clock the test moves: the split is arithmetic on its readings
     monkeypatch.setattr(ledger_module.time, "perf_counter", lambda: clock[0])
     ledger = Ledger(StopRules(max_seconds=1), t_run_start=0.0, t_process_start=0.0)
-    with ledger.timed("wait"):
+    with ledger.time.timed("wait"):
         clock[0] += 0.02
-        with ledger.timed("submit"):
+        with ledger.time.timed("submit"):
             clock[0] += 0.03
     ledger.record_update({"samples": 1}, 0.01)
     wall = 0.02 + 0.03 + 0.01 + 0.04  # 0.04 s that no part covers
-    split = ledger.time_breakdown(wall)
+    split = ledger.time.breakdown(wall, ledger.learn_s)
     seconds = split["seconds"]
     assert seconds["wait"] == pytest.approx(0.02) and seconds["submit"] == pytest.approx(0.03)  # the inner part once
     assert seconds["other"] == pytest.approx(0.04) and sum(seconds.values()) == pytest.approx(wall)

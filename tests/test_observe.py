@@ -53,10 +53,12 @@ def live_run(dashboard_client, tmp_path_factory):
     run = Run("cartpole_dqn", dashboard_client, out=out, overrides={"stop.max_seconds": 120, "stop.target_return": None,
                                                                    "eval": {"every_s": 0.5, "episodes": 2}})
     run.start()
-    deadline = time.time() + 60
-    while run.status().get("episodes", 0) < 20 and time.time() < deadline:
+    # what the page and /metrics read, on the scheduler: the learner's figures with 20 episodes and an evaluation
+    deadline = time.time() + 240  # only a hang waits this long
+    while not ((learner := run.controller_state().get("learner") or {}).get("episodes", 0) >= 20
+               and learner.get("eval_mean_return") is not None):
+        assert time.time() < deadline, f"the learner's figures never showed 20 episodes and an evaluation: {learner}"
         time.sleep(0.2)
-    time.sleep(1.5)  # a few dashboard ticks
     yield run
     run.stop()
     run.wait(timeout=60)

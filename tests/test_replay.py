@@ -10,8 +10,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from test_algos import ACT, OBS, hand_chunk
-from test_continuous import BOX, box_chunk
+from helpers import hand_chunk
+from test_algos import ACT, OBS
+from helpers import box_chunk
+from test_continuous import BOX
 
 from tianji_dask.algos.dqn import DQN, DQNConfig
 from tianji_dask.algos.replay_buffer import VERSION, PrioritizedReplayBuffer, ReplayBuffer, SumTree
@@ -21,6 +23,7 @@ from tianji_dask.core import checkpoint
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.stop import StopRules
 from tianji_dask.run import Run
+from tianji_dask.core import summary
 
 
 def transitions(lo: int, hi: int) -> dict[str, np.ndarray]:
@@ -251,9 +254,9 @@ def test_a_checkpoint_whose_replay_has_no_versions_loads_them_as_the_checkpoints
     old = ledger.state_dict()
     del old["replay_staleness"]
     ledger.load_state_dict(old)
-    assert ledger.results(5)["replay_staleness_versions"] is None and ledger.status(5)["replay_staleness_recent_mean"] is None
+    assert summary.results(ledger, 5)["replay_staleness_versions"] is None and ledger.status(5)["replay_staleness_recent_mean"] is None
     ledger.record_update({"samples": 16.0, "batch_policy_version": 4.0}, 0.01, version=5)
-    assert ledger.results(6)["replay_staleness_versions"] == {"mean": 1.0, "mean_second_half": 1.0, "p95": 1.0}
+    assert summary.results(ledger, 6)["replay_staleness_versions"] == {"mean": 1.0, "mean_second_half": 1.0, "p95": 1.0}
 
 
 # ---- learning ----------------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def test_a_sweep_stopped_by_sigterm_leaves_each_trials_results_and_resumes_them_
     out = tmp_path / "sweep"
     args = [sys.executable, "-m", "tianji_dask", "sweep", "cartpole_ppo", "--concurrent", "2", "--trials", "2",
             "--param", "algo.config.lr=loguniform:1e-4:1e-2", "--objective", "final_return",
-            "--set", "stop.target_return=null", "--pruner", "none", "--out", str(out)]
+            "--set", "stop.target_return=null", "--set", "checkpoint.every_versions=2", "--pruner", "none", "--out", str(out)]
     proc = subprocess.Popen([*args, "--max-seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = []
     deadline = time.time() + 120
@@ -233,7 +233,11 @@ def test_a_sweep_stopped_by_sigterm_leaves_each_trials_results_and_resumes_them_
         line = proc.stdout.readline()
         if " started on slot " in line:
             started.append(line)
-    time.sleep(3)  # both trials training
+    # both trials training: each has written a checkpoint, two versions in
+    deadline = time.time() + 300
+    while not all(any((out / "trials" / f"{n:04d}" / "checkpoints").glob("*.pt")) for n in (0, 1)):
+        assert time.time() < deadline and proc.poll() is None, "the trials made no update"
+        time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "Traceback" not in err, err

@@ -163,3 +163,17 @@ def test_the_cli_refuses_an_algorithm_it_cannot_use_in_one_line_and_writes_nothi
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "algo.name: labalgos.broken:Unfinished does not implement" in err, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_train_raises_run_failed_with_the_runs_one_line(tmp_path):
+    import tianji_dask
+    from labalgos.broken import RaisesInLearn
+
+    out = tmp_path / "run"
+    with pytest.raises(tianji_dask.RunFailed) as failed:  # the class given as train() gives it to Run
+        tianji_dask.train(_pipeline("ppo", mode="single"), out=out, algorithm=RaisesInLearn)
+    line = "learner: RaisesInLearn.learn raised ZeroDivisionError: bug in my loss"
+    assert str(failed.value) == line and failed.value.results["error"] == line
+    assert failed.value.results["stop_reason"] == "error"
+    assert json.loads((out / "results.json").read_text())["error"] == line  # written as for any other end
+    assert (out / "error.txt").read_text().startswith(line)

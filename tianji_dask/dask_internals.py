@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import time
 
@@ -86,6 +87,48 @@ def actor_handle(cls, address: str, key: str, worker):
     from distributed.actor import Actor
 
     return Actor(cls, address, key, worker=worker)
+
+
+def worker_actors(worker) -> list:
+    """The actor instances a worker holds (its state's ``actors``: key -> instance): a worker
+    plugin or preload finds the learner it hosts there."""
+    return list(worker.state.actors.values())
+
+
+def scheduler_alive(client, timeout: float = 5.0) -> bool:
+    """Does the client's scheduler answer within ``timeout`` seconds? A client whose scheduler
+    died says so in ``status`` ("connecting" while it retries, then "closed"); one that has not
+    noticed yet is asked (the scheduler's ``identity`` handler)."""
+    if client.status != "running":
+        return False
+    try:
+        client.sync(client.scheduler.identity, callback_timeout=timeout)
+    except Exception:  # noqa: BLE001 - whatever the broken connection raises
+        return False
+    return True
+
+
+def scheduler_address(client) -> str:
+    """The address the client connects to its scheduler at (kept after the connection is lost)."""
+    return str(client.scheduler.address) if client.scheduler is not None else "?"
+
+
+def drop_client(client) -> None:
+    """Let go of a client whose scheduler is gone: it gives up reconnecting after its connect
+    timeout, or is cancelled as the process ends; distributed's lines about either (a traceback
+    for the cancellation) are dropped: the run says what happened in its own."""
+    import logging
+
+    logging.getLogger("distributed.client").addFilter(_not_a_failed_reconnect)
+
+
+def _not_a_failed_reconnect(record) -> bool:
+    """Not the line that a client failed to reconnect, nor the traceback of its reconnection
+    cancelled as the process ends."""
+    import asyncio
+
+    cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
+    return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
 
 
 def actor_address(actor) -> str | None:
@@ -255,3 +298,33 @@ def dashboard_template():
         return env.get_template("simple.html")
     except Exception:  # noqa: BLE001 - a plain page is fine
         return None
+
+
+class _QuietTaskErrors(logging.Filter):
+    """Leaves out the "Compute Failed" record (the task, its exception and traceback) distributed's
+    worker logs for each erred task whose key starts with one of ``prefixes``."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Compute Failed"):
+            return True
+        key = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (isinstance(key, str) and key.startswith(self.prefixes))
+
+
+def quiet_task_errors(prefixes: tuple[str, ...]) -> logging.Filter:
+    """Not public API: the worker logs an erred task as a message "Compute Failed" on its module's
+    logger, ``distributed.worker``, with the key as the first argument, and a LocalCluster's workers
+    write it to the driver's terminal. A run that reports what its tasks raised in one line of its
+    own (explorer and evaluation tasks) leaves those records out on its workers; the filter is
+    returned for ``loud_task_errors``."""
+    quiet = _QuietTaskErrors(tuple(prefixes))
+    logging.getLogger("distributed.worker").addFilter(quiet)
+    return quiet
+
+
+def loud_task_errors(quiet: logging.Filter) -> None:
+    logging.getLogger("distributed.worker").removeFilter(quiet)

@@ -11,17 +11,53 @@ class RunFault(RuntimeError):
     is the one line to show (exit 1 in the CLI)."""
 
 
+class RunFailed(RuntimeError):
+    """A run that ended on an error (an exception in the learner or an algorithm, non-finite
+    weights, an explorer stream failing again and again, a checkpoint that could not be written):
+    what ``tianji_dask.train`` raises. ``str()`` is the run's one line (``results["error"]``);
+    ``results`` is the results dict, written to the run's folder as for any other end."""
+
+    def __init__(self, line: str, results: dict | None = None):
+        super().__init__(line)
+        self.results = results if results is not None else {}
+
+    def __reduce__(self):
+        return type(self), (str(self), self.results)
+
+
+class SchedulerLost(RuntimeError):
+    """The run's scheduler stopped answering (``address``): Dask's workers close with it, so the
+    run's learners have ended; the run writes what it has and says how to resume."""
+
+    def __init__(self, address: str):
+        super().__init__(f"the scheduler at {address} was lost")
+        self.address = address
+
+
 class ExplorerError(RuntimeError):
     """What an explorer's chunk raised (its env, or the algorithm's acting); ``str()`` is one line
     naming the stream, the env and, when the algorithm raised it, the class and method; ``detail``
-    the traceback. Pickles with both, as Dask sends a task's exception to the learner."""
+    the traceback; ``env``: the env raised it (making, resetting or stepping it). Pickles with all
+    three, as Dask sends a task's exception to the learner."""
 
-    def __init__(self, line: str, detail: str = ""):
+    def __init__(self, line: str, detail: str = "", env: bool = False):
         super().__init__(line)
         self.detail = detail
+        self.env = env
 
     def __reduce__(self):
-        return type(self), (str(self), self.detail)
+        return type(self), (str(self), self.detail, self.env)
+
+
+class EnvError(RuntimeError):
+    """An env raised while it was made, reset or stepped (``__cause__``: what it raised); ``str()``
+    is ``"Type: message"`` of that exception."""
+
+    def traceback_text(self) -> str:
+        """The env's own traceback (the cause's), without the re-raise."""
+        import traceback
+
+        return "".join(traceback.format_exception(self.__cause__ or self))
 
 
 def raised_in(err: BaseException, cls: type) -> str:

@@ -1,16 +1,22 @@
-"""One peer training run (RLlib, Stable-Baselines3, a CleanRL-style loop or Tianshou), run by
-benchmarks/vs_peers.py in the peers' own virtual environment (benchmarks/peers/setup); never
-imported by the project.
+"""One peer training run (RLlib, Stable-Baselines3, a CleanRL-style loop, Tianshou, Sample Factory,
+PufferLib or TorchRL), run by benchmarks/vs_peers.py in the peers' own virtual environment
+(benchmarks/peers/setup; Sample Factory, PufferLib and TorchRL each in their own, ``setup sf`` etc.);
+never imported by the project.
 
-    python benchmarks/peers/run_peer.py --system rllib|sb3|cleanrl|tianshou --task cartpole_ppo --seed 0
-                                        --max-seconds 300 --out run.json
+    python benchmarks/peers/run_peer.py --system rllib|sb3|cleanrl|tianshou|sf|pufferlib|torchrl
+                                        --task cartpole_ppo --seed 0 --max-seconds 300 --out run.json
 
 Every training episode's return and end time is recorded (RLlib: an ``on_episode_end`` callback
 in each env runner appends to a file; SB3: ``Monitor`` episode infos read by a callback), and the
 time-to-solve follows the project's rule: pool every training episode, sort by end time, first end
 time at which the mean of the last 100 returns reaches the target. Time counts from the moment the
 algorithm object is built. The run stops when solved or when ``--max-seconds`` have passed since
-then (checked between training iterations, so a run may overrun by one iteration).
+then (checked between training iterations, so a run may overrun by one iteration). The JSON also
+holds ``t_process``, taken before anything heavy is imported: each episode's end time less it is
+the second clock, seconds since the process started.
+
+Sample Factory and PufferLib pin gymnasium<1.0, which has no LunarLander-v3 or Hopper-v5: they
+run LunarLander-v2 and Hopper-v4 (``OLDER_ENV_IDS``), and the JSON's ``env_id`` says which.
 
 MinAtar Breakout (``minatar_breakout_dqn``, ``minatar_breakout_ppo``) runs on RLlib and SB3 with the
 MinAtar paper's network; MinAtar's gymnasium ids exist only after ``minatar.gym.register_envs()``,
@@ -214,6 +220,36 @@ def stop_rule(record: dict, target: float, max_seconds: float):
 SINGLE_FILE_PEERS = {"cleanrl": {"ppo": "cleanrl_ppo"}, "tianshou": {"ppo": "tianshou_ppo", "dqn": "tianshou_dqn"}}
 #: the envs the single-file peers are set up for (discrete actions, flat observations)
 SINGLE_FILE_ENVS = ("CartPole-v1", "LunarLander-v3")
+
+
+#: peers in their own virtual environments (``benchmarks/peers/setup sf|pufferlib|torchrl``), one file
+#: each in this folder, PPO on CartPole, LunarLander and Hopper: Sample Factory's APPO
+#: (``sf_appo.py``), PufferLib's own trainer (``pufferlib_ppo.py``) and TorchRL's PPO after its
+#: sota-implementations (``torchrl_ppo.py``)
+OWN_VENV_PEERS = {"sf": "sf_appo", "pufferlib": "pufferlib_ppo", "torchrl": "torchrl_ppo"}
+OWN_VENV_TASKS = ("cartpole_ppo", "lunarlander_ppo", "hopper_ppo")
+#: the env ids of gymnasium<1.0 (Sample Factory's and PufferLib's pin) for those of the tasks
+OLDER_ENV_IDS = {"LunarLander-v3": "LunarLander-v2", "Hopper-v5": "Hopper-v4"}
+ON_OLDER_GYMNASIUM = ("sf", "pufferlib")
+
+
+def peer_env_id(system: str, env_id: str) -> str:
+    """The env id ``system`` runs for a task's ``env_id``: the gymnasium<1.0 one for Sample Factory
+    and PufferLib, else the task's."""
+    return OLDER_ENV_IDS.get(env_id, env_id) if system in ON_OLDER_GYMNASIUM else env_id
+
+
+def run_own_venv(system: str, task: str, seed: int, max_seconds: float, record: dict) -> None:
+    """One of ``OWN_VENV_PEERS`` on one of ``OWN_VENV_TASKS``."""
+    import importlib
+
+    if task not in OWN_VENV_TASKS:
+        raise ValueError(f"{system}: only the tasks {', '.join(OWN_VENV_TASKS)}, not {task}")
+    env_id, _, target = TASKS[task]
+    record["env_id"] = env_id = peer_env_id(system, env_id)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    module = importlib.import_module(OWN_VENV_PEERS[system])
+    module.run(task, env_id, seed, record, stop_rule(record, target, max_seconds))
 
 
 def run_single_file(system: str, task: str, seed: int, max_seconds: float, record: dict) -> None:
@@ -504,7 +540,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--system", required=True, choices=["rllib", "sb3", "sb3-same", *SINGLE_FILE_PEERS])
+    p.add_argument("--system", required=True, choices=["rllib", "sb3", "sb3-same", *SINGLE_FILE_PEERS, *OWN_VENV_PEERS])
     p.add_argument("--task", required=True, choices=sorted(TASKS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=300)
@@ -526,6 +562,8 @@ def main(argv=None) -> int:
     try:
         if args.system in SINGLE_FILE_PEERS:
             run_single_file(args.system, args.task, args.seed, args.max_seconds, record)
+        elif args.system in OWN_VENV_PEERS:
+            run_own_venv(args.system, args.task, args.seed, args.max_seconds, record)
         else:
             run = {"rllib": run_rllib, "sb3": run_sb3, "sb3-same": functools.partial(run_sb3, same=True)}[args.system]
             run(args.task, args.seed, args.max_seconds, record)
@@ -537,8 +575,10 @@ def main(argv=None) -> int:
             except md.PackageNotFoundError:
                 return None
 
-        record["versions"] = {d: version(d) for d in ("ray", "stable-baselines3", "sb3-contrib", "tianshou", "minatar",
-                                                      "minigrid", "pettingzoo", "torch", "gymnasium")}
+        dists = (("sample-factory", "pufferlib", "torchrl", "tensordict", "mujoco", "numpy")
+                 if args.system in OWN_VENV_PEERS else ("ray", "stable-baselines3", "sb3-contrib", "tianshou", "minatar",
+                                                        "minigrid", "pettingzoo"))
+        record["versions"] = {d: version(d) for d in (*dists, "torch", "gymnasium") if version(d) is not None}
     except BaseException:  # noqa: BLE001 - reported in the record
         record["error"] = traceback.format_exc()
     t_end = time.time()
@@ -547,6 +587,7 @@ def main(argv=None) -> int:
     record.update(
         solved=solved_at is not None,
         time_to_solve_s=None if solved_at is None or t_built is None else solved_at - t_built,
+        time_to_solve_from_process_start_s=None if solved_at is None else solved_at - T_PROCESS,
         t_solved=solved_at,
         wall_s=None if t_built is None else t_end - t_built,
         t_end=t_end,

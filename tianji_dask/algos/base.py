@@ -39,7 +39,8 @@ class Algorithm(Acting, ABC):
     include_replay: bool = False
     #: names of methods ``learner.compile`` may compile (core/compile.py): pure functions of their
     #: tensor arguments and the modules' parameters, with the same shapes every update, drawing no
-    #: random numbers of their own; the first output is the loss the update differentiates
+    #: random numbers of their own; the first output is the loss the update differentiates. ``learn``
+    #: calls each through ``self.compiled(name)``
     compilable: tuple[str, ...] = ()
 
     def __init__(self, obs_space, action_space, config: AlgoConfig, seed: int = 0):
@@ -48,6 +49,22 @@ class Algorithm(Acting, ABC):
         self.config = config
         self.seed = seed
         self.device = torch.device("cpu")
+
+    def compiled(self, name: str):
+        """What ``learn`` calls for its compilable loss ``name``: the method itself, or what
+        ``learner.compile`` put in its place (``use_loss``), so a compiled loss reaches ``learn``
+        without the method being replaced."""
+        hook = self.__dict__.get("_losses", {}).get(name)
+        return hook if hook is not None else getattr(self, name)
+
+    def use_loss(self, name: str, fn=None) -> None:
+        """Have ``compiled(name)`` give ``fn`` (a callable taking the method's arguments); None:
+        the method again."""
+        losses = self.__dict__.setdefault("_losses", {})
+        if fn is None:
+            losses.pop(name, None)
+        else:
+            losses[name] = fn
 
     def to_device(self, device) -> None:
         """Move the learner side's networks to ``device``, once, before the first ``learn``.

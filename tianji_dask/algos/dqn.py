@@ -225,7 +225,7 @@ class DQN(ReplayPacing, Algorithm):
         if not self.structured:  # a Dict's leaves go as they are: the encoder takes each as it needs
             batch["obs"] = batch["obs"].float()
             batch["next_obs"] = batch["next_obs"].float()
-        loss, q, target = self.loss(batch)
+        loss, q, target = self.compiled("loss")(batch)
         if c.prioritized:  # priorities from the TD errors before this step, as in Schaul et al.
             self.replay.update_priorities(idx, (q.detach() - target).abs().cpu().numpy())
         self.optimizer.minimize(loss, c.max_grad_norm)

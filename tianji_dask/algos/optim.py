@@ -19,7 +19,9 @@ class Adam:
     dtype, the same update in a handful of multi-tensor ops.
     """
 
-    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 fused: bool | None = None):
+        """``fused``: the fused kernel (None: wherever it can run)."""
         self.params = [p for p in params if p.requires_grad]
         self.lr, self.betas, self.eps = float(lr), betas, float(eps)
         self.steps = 0
@@ -27,7 +29,9 @@ class Adam:
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         # the fused kernel's step counter (the optimizer is made once the parameters are on their
         # device); None: the multi-tensor ops
-        self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if self._fusable() else None
+        fused = self._fusable() if fused is None else fused and self._fusable()
+        self.fused = fused
+        self._step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device) if fused else None
 
     def zero_grad(self) -> None:
         for p in self.params:

@@ -236,13 +236,13 @@ class SAC(ReplayPacing, Algorithm):
         if not self.structured:  # a Dict's leaves go as they are: the encoder takes each as it needs
             b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()
 
-        critic_loss, q1, target = self.critic_loss(b, self._noise(c.batch_size))
+        critic_loss, q1, target = self.compiled("critic_loss")(b, self._noise(c.batch_size))
         self.q_optimizer.minimize(critic_loss, c.max_grad_norm)
 
         if self.updates % c.policy_frequency == 0:
             # delayed, but as many actor steps as critic steps (CleanRL, after TD3)
             for _ in range(c.policy_frequency):
-                actor_loss, log_pi = self.actor_loss(b["obs"], self._noise(c.batch_size))
+                actor_loss, log_pi = self.compiled("actor_loss")(b["obs"], self._noise(c.batch_size))
                 self.actor_optimizer.minimize(actor_loss, c.max_grad_norm)
                 self.actor_stats = {"actor_loss": actor_loss.item(), "entropy": -log_pi.detach().mean().item()}
                 if c.autotune:

@@ -1,5 +1,6 @@
-"""The ``tianji-dask`` command: ``parser`` reads the flags, ``train`` and ``sweep`` run training,
-``commands`` the small subcommands, ``signals`` how an invocation ends. Nothing heavy is imported
+"""The ``tianji-dask`` command: ``parser`` reads the flags, ``train``, ``seeds`` and ``sweep`` run
+training, ``commands`` the small subcommands, ``output`` a run's notes as lines, ``signals`` how an
+invocation ends. Nothing heavy is imported
 before a training command starts the process its workers fork from."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import atexit
 import os
 import sys
 
+from tianji_dask.cli.output import command_lines
 from tianji_dask.cli.parser import build_parser, overrides
 from tianji_dask.cli.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Invocation
 from tianji_dask.errors import PipelineError, RunFault  # not config: it imports torch, and the CLI starts first
@@ -36,10 +38,15 @@ def _exit_now() -> None:
 
 
 def _command(argv) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `tianji-dask`: what it can do, as a usage error
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     invocation = Invocation()
     try:
-        with invocation.sigterm.handled():
+        # a run's notes are lines of the command's output; where stdout is data (show's YAML), on stderr
+        with invocation.sigterm.handled(), command_lines(sys.stderr if args.command == "show" else sys.stdout):
             return _dispatch(args, invocation)
     except PipelineError as err:  # CheckpointError and RunDirError are PipelineErrors too
         print(f"tianji-dask: error: {err}", file=sys.stderr)
@@ -59,6 +66,10 @@ def _command(argv) -> int:
 
 
 def _dispatch(args, invocation: Invocation) -> int:
+    if args.command == "train" and args.seeds:
+        from tianji_dask.cli.seeds import cmd_seeds
+
+        return cmd_seeds(args, invocation)
     if args.command in ("train", "resume", "attach"):
         from tianji_dask.cli.train import cmd_attach, cmd_resume, cmd_train
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tianji_dask.cli.parser import overrides
+from tianji_dask.cli.parser import source
 from tianji_dask.cli.signals import EXIT_USAGE
 
 
@@ -61,9 +61,12 @@ def cmd_replay(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from tianji_dask.config import load_pipeline, pipeline_yaml
+    from tianji_dask.config import pipeline_yaml
+    from tianji_dask.run import Run
 
-    print(pipeline_yaml(load_pipeline(args.pipeline, overrides=overrides(args))), end="")
+    pipeline, settings = source(args)
+    run = Run(pipeline, overrides=settings, progress=False)  # checked as train checks it: one code path
+    print(pipeline_yaml(run.pipeline), end="")
     return 0
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 
-from tianji_dask.cli.parser import overrides
+from tianji_dask.cli.parser import overrides, source
 from tianji_dask.cli.signals import EXIT_TERMINATED, Invocation
 from tianji_dask.errors import PipelineError
 
@@ -17,54 +16,7 @@ def _fmt(value, spec=".1f", none="-"):
     return none if value is None else format(value, spec)
 
 
-class _Progress:
-    """Live progress on a terminal; a plain line every few seconds elsewhere (logs, CI)."""
-
-    def __init__(self, run, quiet: bool):
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
-        self.run = run
-        self.quiet = quiet
-        self.live = None
-        self.last_line = 0.0
-
-    def line(self, s: dict) -> str:
-        return (
-            f"[{self.run.pipeline.mode}] {_fmt(s.get('elapsed_s'))} s  version {s.get('version', 0)}  "
-            f"env steps {s.get('env_steps', 0):,}  ({_fmt(s.get('env_steps_per_s'), ',.0f')}/s)  "
-            f"mean return {_fmt(s.get('mean_return'))}  staleness {_fmt(s.get('staleness_recent_mean'), '.2f')}  "
-            f"in flight {s.get('chunks_in_flight', '-')}/{s.get('window') or '-'}"
-            + (f"  replay ratio {s['replay_ratio']:.1f}" if s.get("replay_ratio") is not None else "")
-            + (f"  groups {len(s['groups'])}, fusions {s.get('fusions', 0)}" if s.get("groups") else "")
-        )
-
-    def __enter__(self):
-        # isatty too: FORCE_COLOR would make rich draw (and pad) its live display into a log file
-        if not self.quiet and self.console.is_terminal and sys.stderr.isatty():
-            from rich.live import Live
-
-            self.live = Live("starting…", console=self.console, refresh_per_second=4, transient=False)
-            self.live.__enter__()
-        return self
-
-    def __call__(self, status: dict) -> None:
-        from rich.text import Text
-
-        if self.quiet or "version" not in status:
-            return
-        if self.live is not None:
-            self.live.update(Text(self.line(status)))  # plain text: "[relaxed]" is not markup
-        elif time.time() - self.last_line > 5:
-            print(self.line(status), file=sys.stderr, flush=True)  # whole lines: no wrapping, no padding
-            self.last_line = time.time()
-
-    def __exit__(self, *exc):
-        if self.live is not None:
-            self.live.__exit__(*exc)
-
-
-def _start_workers_early(settings: dict) -> float:
+def start_workers_early(settings: dict) -> float:
     """Start the process an embedded cluster's workers fork from now, so that it imports torch
     and gymnasium while this one imports them and checks the pipeline (see forkserver.py); a
     pipeline file that names single mode or another cluster leaves it idle. Returns when the CLI
@@ -78,10 +30,17 @@ def _start_workers_early(settings: dict) -> float:
 
 
 def cmd_train(args, invocation: Invocation) -> int:
-    t_ready = _start_workers_early(overrides(args))
+    t_ready = start_workers_early(overrides(args))  # before --env/--algo import gymnasium and torch
+    pipeline, settings = source(args)
+    run = new_run(pipeline, settings, args, out=args.out, imported_at=t_ready)
+    return train_run(run, invocation, args.verbose)
+
+
+def new_run(pipeline, settings: dict, args, *, out, imported_at: float):
+    """The run ``train`` trains, checked (nothing started or written yet), its first line printed."""
     from tianji_dask.run import Run
 
-    run = Run(args.pipeline, out=args.out, overrides=overrides(args), imported_at=t_ready)
+    run = Run(pipeline, out=out, overrides=settings, imported_at=imported_at, progress=not args.quiet, verbose=args.verbose)
     p = run.pipeline
     explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
     groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
@@ -89,7 +48,7 @@ def cmd_train(args, invocation: Invocation) -> int:
     if p.simulated():
         print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
               f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
-    return _train(run, invocation, args.quiet, args.verbose)
+    return run
 
 
 def cmd_resume(args, invocation: Invocation) -> int:
@@ -98,45 +57,33 @@ def cmd_resume(args, invocation: Invocation) -> int:
     if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
         raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
                             "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
-    t_ready = _start_workers_early(settings)
+    t_ready = start_workers_early(settings)
     from tianji_dask.run import Run
 
-    run = Run.resume(args.run_dir, overrides=settings, imported_at=t_ready)
+    run = Run.resume(args.run_dir, overrides=settings, imported_at=t_ready, progress=not args.quiet, verbose=args.verbose)
     for line in run.skipped_checkpoints:
         print(f"tianji-dask: skipped {line}", file=sys.stderr, flush=True)
     print(f"tianji-dask: resuming {run.pipeline.name} from {', '.join(run.resume_from)}", flush=True)
-    return _train(run, invocation, args.quiet, args.verbose)
+    return train_run(run, invocation, args.verbose)
 
 
 def cmd_attach(args, invocation: Invocation) -> int:
     from tianji_dask.run import Run
 
-    run = Run.attach(args.run_dir)
+    run = Run.attach(args.run_dir, progress=not args.quiet, verbose=args.verbose)
     p = run.pipeline
     print(f"tianji-dask: attaching to run {run.run_id} of {p.name} ({p.env.id}, {p.algo.label}, {p.mode}) "
           f"on {p.cluster.address}", flush=True)
-    return _train(run, invocation, args.quiet, args.verbose)
+    return train_run(run, invocation, args.verbose)
 
 
-def _dashboard_port_moved(run) -> tuple[int, int] | None:
-    """(wanted, taken) when the cluster this run started could not have the dashboard port it asked for."""
-    from urllib.parse import urlsplit
-
-    wanted = run.pipeline.cluster.dashboard_address
-    if run.cluster is None or not run.dashboard_link or not wanted or not wanted.rpartition(":")[2].isdigit():
-        return None
-    wanted, taken = int(wanted.rpartition(":")[2]), urlsplit(run.dashboard_link).port
-    return (wanted, taken) if wanted and taken and taken != wanted else None
-
-
-def _train(run, invocation: Invocation, quiet: bool, verbose: bool = False) -> int:
+def train_run(run, invocation: Invocation, verbose: bool = False) -> int:
+    """Start ``run``, show its progress, stop it cleanly on Ctrl-C or SIGTERM, and print how it
+    ended; the exit status."""
     invocation.run_out = str(run.out)
     sigterm = invocation.sigterm
     try:
-        with warnings.catch_warnings():
-            # distributed warns, with a source line, when the dashboard port is taken; one line below says it
-            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
-            run.start()
+        run.start()  # a dashboard port taken is one line (the run's note)
     except KeyboardInterrupt:  # before the run began: nothing to keep but the cluster to close
         run.close()
         raise
@@ -145,20 +92,16 @@ def _train(run, invocation: Invocation, quiet: bool, verbose: bool = False) -> i
             raise
         run.close()  # a batch system's SIGTERM reaches the starting workers too: the start failed because of it
         raise KeyboardInterrupt from None
-    moved = _dashboard_port_moved(run)
-    if moved:
-        print(f"tianji-dask: dashboard port {moved[0]} is taken; using {moved[1]}", flush=True)
     if run.dashboard_link:
         tianji_page = run.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={run.run_id}"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
-    with _Progress(run, quiet) as progress:
-        try:
-            results = run.wait(on_status=sigterm.checked(progress))
-        except KeyboardInterrupt:
-            if sigterm.received:
-                print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)
-            run.stop()
-            results = run.wait()
+    try:
+        results = run.wait(on_status=sigterm.checked(lambda status: None))
+    except KeyboardInterrupt:
+        if sigterm.received:
+            print("tianji-dask: SIGTERM: stopping the run; writing its results and a checkpoint", file=sys.stderr, flush=True)
+        run.stop()
+        results = run.wait()
     if results.get("error"):
         where = f" (traceback: {run.out / results['error_file']})" if results.get("error_file") else ""
         print(f"tianji-dask: the run failed: {results['error']}{where}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -28,7 +29,10 @@ def resolve_pipeline_path(path: str | os.PathLike) -> Path:
     if bundled.exists():
         return bundled
     names = sorted(q.stem for q in bundled_pipelines_dir().glob("*.yaml"))
-    raise PipelineError(f"pipeline: {str(path)!r} is neither a file nor a bundled pipeline ({', '.join(names)})")
+    close = difflib.get_close_matches(str(path), names, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise PipelineError(f"pipeline: {str(path)!r} is neither a file nor a bundled pipeline{hint} "
+                        f"(allowed: a YAML file or a bundled name: {', '.join(names)})")
 
 
 def bundled_pipelines() -> list[dict]:

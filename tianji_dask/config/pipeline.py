@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from tianji_dask.algos import config_model, validate_config
 from tianji_dask.config.bundled import resolve_pipeline_path
+from tianji_dask.config.extras import check_env
 from tianji_dask.config.sections import (
     AlgoSection,
     BalanceConfig,
@@ -145,9 +146,19 @@ class Pipeline(StrictModel):
     @model_validator(mode="after")
     def _algo_config(self):
         try:
-            validate_config(self.algo.cls, self.algo.config)
+            config = validate_config(self.algo.cls, self.algo.config)
         except ValidationError as err:
-            raise PipelineError(one_line(err, prefix="algo.config", model=config_model(self.algo.cls))) from None
+            raise PipelineError(one_line(err, prefix="algo.config", model=config_model(self.algo.cls),
+                                         elsewhere=[("", type(self))])) from None
+        # every hyperparameter with its value, defaults included: what pipeline.yaml and results
+        # record, so a later default cannot change a resumed run (a config that would not load
+        # back the same, e.g. one holding objects, stays as given)
+        try:
+            full = config.model_dump(mode="json")
+            if validate_config(self.algo.cls, full) == config:
+                self.algo.__dict__["config"] = full
+        except (ValueError, TypeError):
+            pass
         return self
 
     @property
@@ -164,19 +175,25 @@ def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | Non
     if not isinstance(data, dict):
         raise PipelineError(f"{source}: must be a mapping of fields, got {type(data).__name__}")
     data = apply_overrides(data, overrides or {})
+    check_env(data.get("env"))  # an optional package the env needs: its install command, before the env is looked up
     try:
         pipeline = Pipeline.model_validate(data)
     except PipelineError:
         raise
     except ValidationError as err:
-        raise PipelineError(one_line(err, model=Pipeline, overrides=overrides)) from None
-    from tianji_dask.envs.vector import check_env_id
+        raise PipelineError(one_line(err, model=Pipeline, overrides=overrides, elsewhere=_algo_model(data))) from None
+    return pipeline
+
+
+def _algo_model(data: dict) -> list[tuple[str, type]]:
+    """Where an unknown key may belong besides the pipeline's sections: the named algorithm's
+    hyperparameters, when it names one that resolves."""
+    from tianji_dask.algos import resolve_algorithm
 
     try:
-        check_env_id(pipeline.env.id)
-    except ValueError as err:
-        raise PipelineError(f"env.id: {err}") from None
-    return pipeline
+        return [("algo.config.", config_model(resolve_algorithm(data["algo"]["name"])))]
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def apply_overrides(data: dict, overrides: dict) -> dict:

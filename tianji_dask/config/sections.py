@@ -42,12 +42,28 @@ warnings.filterwarnings("ignore", 'Field name "register" in "EnvConfig" shadows'
 
 
 class EnvConfig(StrictModel):
-    id: str = Field(description="gymnasium environment id, e.g. CartPole-v1")
+    id: Any = Field(description="a gymnasium id (CartPole-v1; 'module:Name-v0' imports module first, which registers it), "
+                    "or 'module:Name' naming a gymnasium.Env subclass or a callable returning an env (Name is taken as a "
+                    "registered id when module registered one, else as the module's attribute); from Python also the class "
+                    "or callable itself, or an id registered with gymnasium.register in the calling process (a class of "
+                    "__main__, such as a notebook's, travels to the workers by value)")
     register: str | None = Field(None, description="'module:callable' called with no arguments, in every process that makes "
                                  "envs, before env.id is checked or made: a third-party env's id registration, e.g. "
                                  "minatar.gym:register_envs for MinAtar/Breakout-v1 (pip install 'tianji-dask[minatar]')")
     num_envs: int = Field(8, ge=1, le=4096, description="envs stepped together inside one explorer")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make (a class's or factory's "
+                                   "constructor arguments)")
+    wrappers: list[Any] = Field(default_factory=list, description="wrappers applied in order around each single env, in "
+                                "every process that makes envs: each 'module:Class' (a bare name is one of "
+                                "gymnasium.wrappers) or {name: 'module:Class', kwargs: {...}}, a gymnasium.Wrapper subclass "
+                                "or a callable taking the env; an env with its own vector entry point is then vectorised by "
+                                "gymnasium's SyncVectorEnv over wrapped single envs")
+    check: bool = Field(True, description="before training, run gymnasium's env checker (check_env) on the env in the "
+                        "driver and on one explorer worker: its exceptions stop the run, its warnings are one line")
+    max_errors: int | None = Field(None, ge=1, description="stop the run when its envs raise more than this many errors in "
+                                   "reset or step within 60 s (all streams together); each error rebuilds that stream's "
+                                   "envs and drops its chunk. null: no limit (a stream failing every chunk still stops the "
+                                   "run after stop.max_explorer_failures in a row)")
     explorer_kwargs: dict[int, dict[str, Any]] = Field(
         default_factory=dict, description="per explorer stream: kwargs merged over kwargs (heterogeneous explorers); "
         "step_cost_ms and step_cost_jitter here set that stream's simulated cost")
@@ -57,15 +73,37 @@ class EnvConfig(StrictModel):
                                     "mean 1, drawn per chunk per explorer stream from the run's seed (stragglers)")
 
     @model_validator(mode="after")
-    def _register(self):
-        from tianji_dask.envs.vector import register, with_register
+    def _resolve(self):
+        from tianji_dask.envs import source, wrappers
+        from tianji_dask.envs.vector import register
 
         try:
             register(self.register)  # here, in the driver; the other processes, before they make envs
         except ValueError as err:
             raise PipelineError(f"env.register: {err}") from None
-        self.__dict__["id"] = with_register(self.id, self.register)  # which the id carries to them (envs.EnvId)
+        try:
+            resolved = wrappers.resolve(self.wrappers)
+        except ValueError as err:
+            raise PipelineError(str(err)) from None
+        try:
+            env_id = source.resolve_env(self.id, self.register, resolved)
+        except ValueError as err:
+            raise PipelineError(f"env.id: {err}") from None
+        refused = source.wrappers_refused(env_id)
+        if refused:
+            raise PipelineError(f"env.wrappers: {refused}")
+        self.__dict__["id"] = env_id  # what the id carries to the other processes (envs.EnvId)
         return self
+
+    @field_serializer("id", when_used="json")
+    def _id_as_written(self, env_id):
+        return str(env_id)  # a class or callable as its 'module:qualname' (a notebook's: __main__:Name)
+
+    @field_serializer("wrappers", when_used="json")
+    def _wrappers_as_written(self, entries):
+        from tianji_dask.envs.wrappers import as_written
+
+        return [as_written(entry) for entry in entries]
 
 
 class AlgoSection(StrictModel):

@@ -3,7 +3,9 @@ wrong, what is allowed (an unknown key lists the keys its section takes), what w
 
 from __future__ import annotations
 
+import difflib
 import typing
+from collections.abc import Iterator, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -29,8 +31,34 @@ def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> str:
     return f"; allowed: {', '.join(sorted(model.model_fields))}" if model is not None else ""
 
 
+def _paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every field of ``model`` and of its sections, dotted, after ``prefix``."""
+    for name, field in model.model_fields.items():
+        yield prefix + name
+        section = _model_in(field.annotation)
+        if section is not None:
+            yield from _paths(section, f"{prefix}{name}.")
+
+
+def did_you_mean(key: str, models: Sequence[tuple[str, type[BaseModel]]]) -> str:
+    """"; did you mean a.b?": where ``key``, an unknown key, may belong among the fields of
+    ``models`` (each under its dotted prefix): a field of the same name in another section (``lr``
+    for ``algo.config.lr``), else the closest spellings, those beside ``key`` first; empty when
+    none is near."""
+    paths = [path for prefix, model in models for path in _paths(model, prefix)]
+    parent, _, leaf = key.rpartition(".")
+    near = [path for path in paths if path.rpartition(".")[2] == leaf and path != key]
+    if not near:
+        close = set(difflib.get_close_matches(leaf, {path.rpartition(".")[2] for path in paths}, n=3, cutoff=0.75))
+        near = [path for path in paths if path.rpartition(".")[2] in close]
+        near = [path for path in near if path.rpartition(".")[0] == parent] or near
+    return f"; did you mean {' or '.join(near)}?" if 0 < len(near) <= 3 else ""
+
+
 def one_line(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None,
-              overrides: dict | None = None) -> str:
+              overrides: dict | None = None, elsewhere: Sequence[tuple[str, type[BaseModel]]] = ()) -> str:
+    """The first error as one line. ``elsewhere``: other models (each under its dotted prefix,
+    e.g. ``("algo.config.", PPOConfig)``) where an unknown key may belong."""
     first = err.errors()[0]
     inner = first.get("ctx", {}).get("error")
     if isinstance(inner, PipelineError):  # raised by a model validator: already one full line
@@ -42,9 +70,10 @@ def one_line(err: ValidationError, prefix: str = "", model: type[BaseModel] | No
         allowed = _allowed_keys(model, first["loc"][:-1])
         # an override like no.such.key fails at "no": name the key the user typed
         typed = next((k for k in overrides or {} if k.startswith(loc + ".")), None)
+        models = [*([(f"{prefix}." if prefix else "", model)] if model is not None else []), *elsewhere]
         if typed is not None:
-            return f"{typed}: unknown key {loc!r}{allowed}"
-        msg = "unknown key" + allowed
+            return f"{typed}: unknown key {loc!r}{allowed}{did_you_mean(loc, models)}"
+        msg = "unknown key" + allowed + did_you_mean(loc, models)
     elif first["type"] == "missing":
         msg = "required"
     if msg.startswith("Value error, "):

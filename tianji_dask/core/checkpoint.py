@@ -133,6 +133,8 @@ def newest_loadable(directory: str | os.PathLike) -> tuple[Path, dict, list[str]
 
 
 def load(path: str | os.PathLike) -> dict:
+    if not Path(path).is_file():
+        raise CheckpointError(f"checkpoint: {str(path)!r} not found (no such file)")
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")  # a GPU learner's checkpoint resumes anywhere
     except Exception as err:  # noqa: BLE001 - a truncated or foreign file

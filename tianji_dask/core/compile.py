@@ -37,6 +37,8 @@ AUTO_MIN_BUDGET_S = 120.0
 RTOL, ATOL = 1e-4, 1e-5
 #: the compiling thread's name, as a stack dump or a profiler shows it
 THREAD_NAME = "tianji-compile"
+#: a declared loss not called through ``Algorithm.compiled`` in this many updates is never compiled
+UNSEEN_UPDATES = 3
 
 
 def resolve(setting: str, algo, device: torch.device, budget_s: float | None) -> tuple[str | None, str]:
@@ -109,7 +111,7 @@ class BackgroundCompile:
         self._result: tuple[str, object] | None = None
         self._thread: threading.Thread | None = None
         for name in self.names:
-            setattr(algo, name, self._recorder(name, getattr(algo, name)))
+            algo.use_loss(name, self._recorder(name, getattr(algo, name)))
 
     def _recorder(self, name: str, bound):
         def record(*args, **kwargs):
@@ -127,9 +129,18 @@ class BackgroundCompile:
         (between two updates, never inside one); True when they were installed just now."""
         if self.state == "waiting":
             self.eager_updates += 1
-            if all(n in self._inputs for n in self.names):
+            unseen = [n for n in self.names if n not in self._inputs]
+            if unseen and self.eager_updates >= UNSEEN_UPDATES:
                 for name in self.names:
-                    delattr(self.algo, name)  # the class's own method again, until the compiled one
+                    self.algo.use_loss(name, None)
+                self.state = "failed"
+                self.reason = (f"learn() made {self.eager_updates} updates without calling {', '.join(unseen)} through "
+                               f"self.compiled(name) (Algorithm.compilable); the learner trains eager")
+                log.warning("learner.compile: %s", self.reason)
+                return False
+            if not unseen:
+                for name in self.names:
+                    self.algo.use_loss(name, None)  # the class's own method again, until the compiled one
                 shadows = {n: _shadow(self.algo, self._inputs[n][2]) for n in self.names}
                 self.state, self._t0 = "compiling", time.perf_counter()
                 self._thread = threading.Thread(target=self._work, args=(shadows,), name=THREAD_NAME, daemon=True)
@@ -148,7 +159,7 @@ class BackgroundCompile:
             log.warning("learner.compile: %s; the learner trains eager", payload)
             return False
         for name, fn in payload.items():
-            setattr(self.algo, name, types.MethodType(fn, self.algo))
+            self.algo.use_loss(name, types.MethodType(fn, self.algo))
         self.state, self.installed_at_update = "on", updates
         return True
 

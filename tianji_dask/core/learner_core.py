@@ -11,9 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from tianji_dask.core import checkpoint
+from tianji_dask.core import checkpoint, summary
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.consumption import Consumption
+from tianji_dask.core.env_errors import EnvErrors
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.exact_replay_log import ExactReplayLog, weights_digest
@@ -62,6 +63,7 @@ class LearnerCore:
                 self.replay_log.not_replayable("the learner continued from a checkpoint (resumed or rebuilt)")
             if spec.device != "cpu":
                 self.replay_log.not_replayable(f"the learner trained on {spec.device}, which is not bit-for-bit repeatable")
+        self.env_errors = EnvErrors(spec.env_max_errors)
         self.error: str | None = None
         self.error_detail: str | None = None  # the traceback behind error, when there is one
         self._tensorboard = None
@@ -87,7 +89,7 @@ class LearnerCore:
 
     def timed(self, part: str):
         """A block whose wall time counts toward ``part`` of the learner's time (``Ledger.timed``)."""
-        return self.ledger.timed(part)
+        return self.ledger.time.timed(part)
 
     def exploration(self) -> dict:
         """What explorers act with now, given the learner's progress (``Algorithm.exploration``)."""
@@ -174,7 +176,7 @@ class LearnerCore:
         if self.replay_log is not None:
             self.replay_log.record(chunk, self.ledger.updates, dropped is not None, explore)
         if dropped is None:
-            with self.ledger.timed("ingest"):
+            with self.ledger.time.timed("ingest"):
                 kept = self.algo.ingest(chunk, staleness)
             if kept == 0:
                 dropped = "algorithm"
@@ -197,6 +199,13 @@ class LearnerCore:
 
     def record_lost(self, key: str, explorer_id: int, why: str) -> None:
         self.ledger.record_lost(key, explorer_id, why)
+
+    def record_env_error(self, explorer_id: int, line: str, detail: str | None) -> None:
+        """An env raised (its chunk is lost, recorded apart): counted, and the run stopped when
+        ``env.max_errors`` is exceeded (env_errors.py)."""
+        stop = self.env_errors.record(explorer_id, line, detail)
+        if stop is not None and self.error is None:
+            self.fail(stop, "env_errors", detail=detail)
 
     def record_eval(self, t: float, version: int, returns: list[float]) -> dict:
         """An evaluation of policy ``version`` ended at ``t`` (see ``Ledger.record_eval``)."""
@@ -223,7 +232,7 @@ class LearnerCore:
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
         if self.checkpointer.due(self.version):
-            with self.ledger.timed("checkpoint"):
+            with self.ledger.time.timed("checkpoint"):
                 self.write_checkpoint()
 
     def new_version(self) -> None:
@@ -298,14 +307,14 @@ class LearnerCore:
         ledger.request_stop("stopped")
         ledger.t_end = time.time()
         episodes, chunks = ledger.arrays()
-        results = ledger.results(self.version, arrays=(episodes, chunks), extra={
+        results = summary.results(ledger, self.version, arrays=(episodes, chunks), extra={
             "error": self.error, "error_traceback": self.error_detail, "algo_counters": self.algo.counters(),
             "replay_progress": self.algo.replay_progress(),
             "checkpoint": None if self.checkpointer.last_path is None else str(self.checkpointer.last_path),
-            "learner_time": ledger.time_breakdown(ledger.t_end - ledger.t_run_start),
+            "learner_time": ledger.time.breakdown(ledger.t_end - ledger.t_run_start, ledger.learn_s),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(),
-            "learner_compile": self.compile_summary(), **(extra or {}),
+            "learner_compile": self.compile_summary(), "env_errors": self.env_errors.summary(), **(extra or {}),
         })
         ledger.discard_spill()  # the rows go out with the results (read for their summaries first)
         if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time

@@ -1,4 +1,6 @@
-"""The learner's books: consumed chunks, episodes, updates, lost and dropped chunks, results.
+"""The learner's books: consumed chunks, episodes, updates, lost and dropped chunks, and whether
+the stop rules say stop. Where its time goes is ``timing.py``; the results read off the books,
+``summary.py``.
 
 Dask-free, so the single-process mode and the learner actor keep exactly the same books.
 """
@@ -7,14 +9,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict, deque
+from collections import deque
 from pathlib import Path
 
 import numpy as np
 
-from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, replay_staleness_summary, staleness_summary
+from tianji_dask.core.metrics import CHUNK_FIELDS
 from tianji_dask.core.rows import Rows
 from tianji_dask.core.stop import StopRules
+from tianji_dask.core.timing import TimeSplit
 
 
 class Ledger:
@@ -46,9 +49,7 @@ class Ledger:
         self.explore_s = 0.0
         self.bytes = 0
         self.last_metrics: dict[str, float] = {}
-        # where the learner's wall time goes besides updates (learn_s): see ``timed``
-        self.time_split: defaultdict[str, float] = defaultdict(float)
-        self._timing: list[float] = []
+        self.time = TimeSplit()  # where the learner's wall time goes besides updates (learn_s)
         self._recent_returns: deque[float] = deque(maxlen=rules.window)
         self.solved_online_at: float | None = None
         self.stop_reason: str | None = None
@@ -102,7 +103,7 @@ class Ledger:
             self.solved_online_at = t
         return row
 
-    def _evals_since_start(self) -> list[dict]:
+    def evals_since_start(self) -> list[dict]:
         return [{**row, "t": row["t"] - self.t_run_start} for row in self.evals]
 
     def eval_mean(self) -> float | None:
@@ -126,25 +127,6 @@ class Ledger:
         if batch_version is not None:
             self.replay_staleness.append(version - batch_version)
 
-    def timed(self, part: str) -> "_Timed":
-        """Add the block's wall time to ``time_split[part]``: "ingest" (the algorithm taking
-        data), "wait" (blocked on arrivals, or sleeping), and the dataflow's own work
-        ("cycle", "submit", "publish", "fuse", "status", "checkpoint", "receive": taking a directly
-        sent chunk). A part timed inside
-        another counts in the inner one only."""
-        return _Timed(self, part)
-
-    def time_breakdown(self, wall: float) -> dict:
-        """Seconds of the learner's wall time by part; "other" is what no part covers (the loop
-        itself, consuming and reporting chunks). "dataflow_fraction": the share of the learner's
-        non-waiting time spent on neither updates nor ingesting data."""
-        parts = {"learn": self.learn_s, **self.time_split}
-        parts["other"] = max(0.0, wall - sum(parts.values()))
-        busy = wall - parts.get("wait", 0.0)
-        dataflow = busy - parts["learn"] - parts.get("ingest", 0.0)
-        return {"seconds": {k: round(v, 4) for k, v in parts.items()},
-                "dataflow_fraction": dataflow / busy if busy > 0 else None}
-
     # ---- checkpoints --------------------------------------------------------------------
     _CHUNK_TIMES = (CHUNK_FIELDS.index("t_consumed"), CHUNK_FIELDS.index("t_start"), CHUNK_FIELDS.index("t_end"))
 
@@ -162,7 +144,7 @@ class Ledger:
             "updates": self.updates, "samples_trained": self.samples_trained, "learn_s": self.learn_s,
             "explore_s": self.explore_s, "bytes": self.bytes, "recent_returns": list(self._recent_returns),
             "solved_s": None if self.solved_online_at is None else self.solved_online_at - self.t_run_start,
-            "evals": self._evals_since_start(),
+            "evals": self.evals_since_start(),
             "replay_staleness": self.replay_staleness.all()[:, 0],
         }
 
@@ -180,8 +162,9 @@ class Ledger:
             setattr(self, key, state[key])
         self._recent_returns.clear()
         self._recent_returns.extend(state["recent_returns"])
-        self.solved_online_at = None if state["solved_s"] is None else self.t_run_start + state["solved_s"]
         self.evals = [{**row, "t": row["t"] + self.t_run_start} for row in state.get("evals", [])]
+        # solved by this run's rules, which a resume may have changed (a new target, or none: train on)
+        self.solved_online_at = self.rules.solved_at(self.episodes.all(), self.evals)
         # a checkpoint from before updates were measured so has none: the run's measure starts here
         self.replay_staleness = self._rows("replay_staleness", 1, state.get("replay_staleness"))
 
@@ -243,69 +226,3 @@ class Ledger:
         self.episodes.discard()
         self.chunk_rows.discard()
         self.replay_staleness.discard()
-
-    def results(self, version: int, extra: dict | None = None, arrays: tuple | None = None) -> dict:
-        """``arrays``: what ``arrays()`` returned, if the caller has it (it reads the spill files)."""
-        t_end = self.t_end or time.time()
-        wall = max(t_end - self.t_run_start, 1e-9)
-        episodes, chunks = self.arrays() if arrays is None else arrays
-        target = self.rules.target_return
-        solved_at = self.rules.solved_at(episodes, self.evals)
-        staleness = chunks[:, CHUNK_FIELDS.index("staleness_versions")] if len(chunks) else np.zeros(0)
-        ages = chunks[:, CHUNK_FIELDS.index("age_s")] if len(chunks) else np.zeros(0)
-        res = {
-            "solved": solved_at is not None,
-            "target_return": target,
-            "time_to_solve_s": None if solved_at is None else solved_at - self.t_run_start,
-            "time_to_solve_from_process_start_s": None if solved_at is None else solved_at - self.t_process_start,
-            "stop_reason": self.stop_reason,
-            "t_run_start": self.t_run_start,
-            "t_process_start": self.t_process_start,
-            "wall_s": wall,
-            "env_steps": self.env_steps,
-            "env_steps_trained": self.env_steps_used,
-            "updates": self.updates,
-            "final_version": version,
-            "episodes": len(episodes),
-            "final_mean_return": self.mean_return(),
-            "env_steps_per_s": self.env_steps / wall,
-            "samples_per_s_consumed": self.samples_trained / wall,
-            "chunks": len(chunks),
-            "chunks_per_s": len(chunks) / wall,
-            "bytes_per_s": self.bytes / wall,
-            "chunks_lost": len(self.lost),
-            "lost": self.lost[:100],
-            "chunks_dropped": dict(self.dropped),
-            "learner_busy_fraction": self.learn_s / wall,
-            "explorer_busy_fraction": self.explore_s / (wall * max(self.explorer_workers, 1)),
-            "staleness_versions": staleness_summary(staleness),
-            "replay_staleness_versions": replay_staleness_summary(self.replay_staleness.all()[:, 0]),
-            "age_s": age_summary(ages),
-            "last_update_metrics": self.last_metrics,
-            "startup": self.startup(),
-            "eval": self._evals_since_start(),
-        }
-        res.update(extra or {})
-        return res
-
-
-class _Timed:
-    """``Ledger.timed``'s context manager: a plain class, as the learner enters a few of these per
-    update and a generator-based one costs several times as much to enter."""
-
-    __slots__ = ("ledger", "part", "t0")
-
-    def __init__(self, ledger: Ledger, part: str):
-        self.ledger, self.part = ledger, part
-
-    def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.ledger._timing.append(0.0)  # time of the parts timed inside this block
-
-    def __exit__(self, *exc) -> None:
-        timing = self.ledger._timing
-        inner = timing.pop()
-        dt = time.perf_counter() - self.t0
-        self.ledger.time_split[self.part] += dt - inner  # nested parts count once, in the innermost
-        if timing:
-            timing[-1] += dt

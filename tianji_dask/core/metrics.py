@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tianji_dask.core.env_errors import FILE as ENV_ERRORS_FILE
+
 EPISODE_FIELDS = ("t_end", "return", "length", "explorer_id")
 EVAL_FIELDS = ("t", "version", "mean", "std", "episodes")  # eval.csv: one row per evaluation
 CHUNK_FIELDS = (
@@ -95,7 +97,8 @@ def atomic_write(path: Path, write) -> None:
 def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarray, chunks: np.ndarray,
                   replay: np.ndarray | None = None) -> Path:
     """Write results.json, episodes.csv and chunks.csv into ``out_dir`` (each atomically), and
-    eval.csv and replay.csv when the run has evaluations and a replay log."""
+    eval.csv and replay.csv when the run has evaluations and a replay log, env_errors.txt when its
+    envs raised (the tracebacks the results' ``env_errors`` carried)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -115,6 +118,12 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
     if results.get("eval"):
         rows_ = np.array([[row[k] for k in EVAL_FIELDS] for row in results["eval"]], dtype=np.float64)
         atomic_write(out / "eval.csv", rows(EVAL_FIELDS, rows_))
+    errors = results.get("env_errors")
+    if errors:  # the env errors' tracebacks go to a file of their own, named in the results
+        text, errors["file"] = errors.pop("tracebacks", None), None
+        if text:
+            atomic_write(out / ENV_ERRORS_FILE, lambda fh: fh.write(text))
+            errors["file"] = ENV_ERRORS_FILE
     atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
     return out / "results.json"
 

@@ -47,3 +47,5 @@ class CoreSpec:
     replay_log: bool = False
     #: the callbacks this learner calls (on a thread of their own), None: none
     callbacks: CallbackPlan | None = None
+    #: ``env.max_errors``: env errors within 60 s that stop the run (core/env_errors.py), None: no limit
+    env_max_errors: int | None = None

@@ -1,7 +1,8 @@
 """Stepping a vector env with a policy into SampleChunks (no Dask).
 
 Used by explorer tasks on Dask workers and by the single-process mode alike, so both produce
-exactly the same data.
+exactly the same data. What the env raises while it is made, reset or stepped comes out as an
+``EnvError`` (its cause: the env's exception), so the caller tells a broken env from a broken policy.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tianji_dask.acting import Acting
 from tianji_dask.chunk import leaf_dtype, make_chunk, obs_leaves
 from tianji_dask.envs.burn_in import BurnInHistory
 from tianji_dask.envs.vector import make_vec_env
+from tianji_dask.errors import EnvError
 
 #: per-step arrays an env reports in its step info that the chunk keeps as extras, zero on reset
 #: steps like the reward (a multi-agent env's per-agent rewards: the team reward is their sum)
@@ -25,6 +27,14 @@ def keep_extra(extra_bufs: dict[str, np.ndarray], name: str, t: int, value: np.n
     if name not in extra_bufs:
         extra_bufs[name] = np.empty((n_steps, *value.shape), dtype=value.dtype)
     extra_bufs[name][t] = value
+
+
+def env_call(fn, *args, **kwargs):
+    """``fn(...)``, what it raises as an ``EnvError`` (the env's fault, not the policy's)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:
+        raise EnvError(f"{type(err).__name__}: {err}") from err
 
 
 def stream_seed(run_seed: int, explorer_id: int, rebuild: int = 0) -> int:
@@ -43,8 +53,8 @@ class Rollout:
         self.step_cost = step_cost
         self.seed = int(seed)
         self.serial = 0  # chunks run so far: with the seed, which chunk of which env instance this is
-        self.env = make_vec_env(env_id, num_envs, seed=seed, **(env_kwargs or {}))
-        self.obs, _ = self.env.reset(seed=seed)
+        self.env = env_call(make_vec_env, env_id, num_envs, seed=seed, **(env_kwargs or {}))
+        self.obs, _ = env_call(self.env.reset, seed=seed)
         self.env.action_space.seed(seed)
         # True where the env finished on the previous step: its next step is a reset, not a transition
         self.resetting = np.zeros(num_envs, dtype=bool)
@@ -107,7 +117,10 @@ class Rollout:
             actions[t] = action
             for k, v in extra.items():
                 keep_extra(extra_bufs, k, t, v, n_steps)
-            obs, reward, term, trunc, step_info = self.env.step(env_action(action))
+            try:
+                obs, reward, term, trunc, step_info = self.env.step(env_action(action))
+            except Exception as err:
+                raise EnvError(f"{type(err).__name__}: {err}") from err
             if self.step_cost is not None:
                 self.step_cost.step()
             valid[t] = ~self.resetting

@@ -5,9 +5,11 @@ Ids of PettingZoo parallel envs (``mpe2:simple_spread_v3``) resolve to a multi-a
 
 Third-party envs that register their ids only when a function is called (MinAtar:
 ``minatar.gym:register_envs``) are named by a pipeline's ``env.register``. The validated
-pipeline's ``env.id`` is then an ``EnvId``: the id string, carrying that ``module:callable`` to
-every process the id travels to (explorer workers get it inside their env pool), and every
-helper here calls it, once per process, before it checks or makes the env."""
+pipeline's ``env.id`` is an ``EnvId`` (``source.py`` resolves it): the id string, carrying that
+``module:callable``, the ``EnvSpec`` its envs are made from (a class, a factory or an id registered
+only in the driver travels inside it, by value when it lives in ``__main__``) and the wrappers
+around each single env, to every process the id travels to (explorer workers get it inside their
+env pool); every helper here makes envs from what it carries."""
 
 from __future__ import annotations
 
@@ -32,21 +34,19 @@ _register_lock = threading.Lock()
 
 
 class EnvId(str):
-    """An env id (compares, hashes and prints as the plain string) that carries ``register``, the
-    ``module:callable`` registering it, through pickling to the processes that make its envs."""
+    """An env id (compares, hashes and prints as the plain string, its label) that carries, through
+    pickling, what the processes making its envs need: ``register``, the ``module:callable``
+    registering it; ``spec``, the ``gymnasium.EnvSpec`` to make it from (None: look the id up in
+    gymnasium's registry); ``wrappers``, callables applied in order around each single env;
+    ``source``, the class or callable a user gave (None for a string)."""
 
-    def __new__(cls, env_id: str, register: str | None = None):
+    def __new__(cls, env_id: str, register: str | None = None, spec=None, wrappers=(), source=None):
         self = super().__new__(cls, env_id)
-        self.register = register
+        self.register, self.spec, self.wrappers, self.source = register, spec, tuple(wrappers), source
         return self
 
     def __reduce__(self):
-        return (EnvId, (str(self), self.register))
-
-
-def with_register(env_id: str, spec: str | None) -> str:
-    """``env_id`` carrying ``spec`` (an ``EnvId``), or the plain id when there is none."""
-    return EnvId(env_id, spec) if spec else str(env_id)
+        return (EnvId, (str(self), self.register, self.spec, self.wrappers, self.source))
 
 
 def resolve_register(spec: str):
@@ -97,7 +97,8 @@ def check_env_id(env_id: str, register_spec: str | None = None) -> None:
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     if not close and "/" in env_id and not getattr(env_id, "register", None):
-        hint = " (a third-party env's ids are registered by importing its module, module:Name-v0, or by calling a function: env.register)"
+        hint = (" (a third-party env's ids are registered by importing its module, module:Name-v0, or by calling a function: "
+                "env.register; an id a notebook or script registered must be registered again in this process)")
     raise ValueError(f"unknown gymnasium id {env_id!r}{hint}")
 
 
@@ -109,8 +110,29 @@ def registered_id(env_id: str) -> str:
     return env_id
 
 
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The spec an id's envs are made from: the one an ``EnvId`` carries, or the registry's."""
+    register(getattr(env_id, "register", None))
+    return getattr(env_id, "spec", None) or gym.spec(registered_id(str(env_id)))
+
+
+def vectorization_mode(spec, wrappers) -> str:
+    """The env's own vector entry point when it has one and no wrappers are asked for; else
+    gymnasium's SyncVectorEnv over single envs (wrapped, when asked), as for an env that has none."""
+    return "vector_entry_point" if spec.vector_entry_point is not None and not wrappers else "sync"
+
+
+def make_single_env(env_id: str, **env_kwargs) -> gym.Env:
+    """One env as a SyncVectorEnv of ``env_id`` holds it: ``gym.make`` of its spec, then its wrappers."""
+    env = gym.make(env_spec(env_id), **env_kwargs)
+    for wrapper in getattr(env_id, "wrappers", ()):
+        env = wrapper(env)
+    return env
+
+
 def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwargs) -> gym.vector.VectorEnv:
-    """A vector env of ``num_envs`` copies, natively vectorised when the env offers it.
+    """A vector env of ``num_envs`` copies, natively vectorised when the env offers it (and no
+    wrappers are asked for: see ``vectorization_mode``).
 
     All routes use autoreset NEXT_STEP, which the chunk format relies on. An ``EnvId``'s
     ``register`` is called first (once per process).
@@ -120,10 +142,9 @@ def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwar
         env = ParallelVecEnv(env_id, num_envs, **env_kwargs)
         env.reset(seed=seed)
         return env
-    env_id = registered_id(str(env_id))
-    spec = gym.spec(env_id)
-    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_kwargs)
+    spec, wrappers = env_spec(env_id), list(getattr(env_id, "wrappers", ()))
+    env = gym.make_vec(spec, num_envs=num_envs, vectorization_mode=vectorization_mode(spec, wrappers),
+                       wrappers=wrappers or None, **env_kwargs)
     mode_name = getattr(env.metadata.get("autoreset_mode"), "name", "NEXT_STEP")
     if mode_name != "NEXT_STEP":
         raise RuntimeError(f"{env_id}: vector env autoreset mode {mode_name} is not supported")

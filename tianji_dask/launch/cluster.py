@@ -70,10 +70,12 @@ class Opened:
             self.cluster.close()
 
 
-def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int, explorer_threads: int = 1) -> Opened:
+def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int, explorer_threads: int = 1,
+                 log_level: int = logging.ERROR) -> Opened:
     """The cluster a pipeline's ``cluster:`` section names: an existing scheduler, Slurm or PBS
     jobs, or an embedded LocalCluster; ``learners`` LEARNER workers (one per group), explorer
-    workers that each run ``explorer_threads`` explorer tasks at once."""
+    workers that each run ``explorer_threads`` explorer tasks at once. ``log_level``: the embedded
+    cluster's distributed logs below it are not shown."""
     kind, security = cluster_config.kind, make_security(cluster_config.security)
     if kind == "address":
         return Opened(connect(cluster_config.address, security))
@@ -84,7 +86,7 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
                       learner_job=learner_job_settings(cluster_config.jobqueue))
     later = cluster_config.dashboard_address is not None
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
-                            explorer_threads=explorer_threads, dashboard_later=later)
+                            explorer_threads=explorer_threads, dashboard_later=later, log_level=log_level)
     return Opened(Client(cluster), cluster, dashboard_later=later)
 
 
@@ -165,14 +167,16 @@ def make_security(setting):
 
 
 def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787", security=None,
-                  learner_workers: int = 1, explorer_threads: int = 1, dashboard_later: bool = False) -> LocalCluster:
+                  learner_workers: int = 1, explorer_threads: int = 1, dashboard_later: bool = False,
+                  log_level: int = logging.ERROR) -> LocalCluster:
     """``learner_workers`` LEARNER worker processes (one per group, one thread each) plus
     ``explorer_workers`` EXPLORER worker processes that run ``explorer_threads`` explorer tasks at
     once, with the active memory manager off (it deletes the weight replicas explorers read),
     ignoring Ctrl-C (the driver handles it). With ``security`` every connection is TLS. With
     ``dashboard_later`` the scheduler's HTTP server takes ``dashboard_address`` but the dashboard
     is built by ``serve_dashboard``: importing bokeh is a large part of a start, and a run does
-    it once its learner runs."""
+    it once its learner runs. ``log_level``: distributed's logs below it, in this process and the
+    workers', are not shown."""
     from tianji_dask.launch import forkserver
     from tianji_dask.observe.dashboard import install
 
@@ -184,7 +188,7 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = LocalCluster(
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
-            silence_logs=logging.ERROR, scheduler_kwargs={"dashboard": False} if dashboard_later else None, **tls,
+            silence_logs=log_level, scheduler_kwargs={"dashboard": False} if dashboard_later else None, **tls,
         )
     logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
     template = dask_internals.worker_template(cluster)

@@ -22,7 +22,9 @@ TEARDOWN_WAIT_S = 7.0  # within the nanny's 10 s close (it kills the process at 
 
 
 def _learners(worker) -> list:
-    return [actor for actor in worker.state.actors.values() if hasattr(actor, "hand_off_now")]
+    from tianji_dask.dask_internals import worker_actors
+
+    return [actor for actor in worker_actors(worker) if hasattr(actor, "hand_off_now")]
 
 
 def dask_setup(worker) -> None:

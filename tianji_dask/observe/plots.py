@@ -26,6 +26,9 @@ def load_run(run_dir: str | Path) -> dict:
     missing = [name for name in ("results.json", "episodes.csv", "chunks.csv") if not (d / name).is_file()]
     if missing:
         raise RunDirError(f"run_dir: {str(d)!r} is not a recorded run (no {', '.join(missing)})")
+    if len((d / "episodes.csv").read_text().strip().splitlines()) < 2:  # a header alone: numpy would warn
+        raise RunDirError(f"run_dir: {str(d)!r} has no episodes to plot (the run stopped before any training "
+                          "episode ended); allowed: a run with at least one episode")
     try:
         results = json.loads((d / "results.json").read_text())
         episodes = np.loadtxt(d / "episodes.csv", delimiter=",", skiprows=1, ndmin=2).reshape(-1, len(EPISODE_FIELDS))

@@ -64,9 +64,9 @@ def evaluate(run_dir: str | os.PathLike, *, checkpoint_path: str | os.PathLike |
     p = load_pipeline(run_dir / "pipeline.yaml")
     if is_parallel_env_id(p.env.id):
         raise PipelineError(f"eval: multi-agent pipelines ({p.env.id}) are not evaluated yet; allowed: single-agent envs")
+    imageio = _video_writer() if video_dir is not None else None  # a missing extra before the checkpoint is read
     path = Path(checkpoint_path) if checkpoint_path is not None else checkpoint.latest(checkpoint_dirs(run_dir, p.groups)[0])
     state = checkpoint.load(path)
-    imageio = _video_writer() if video_dir is not None else None
     env_kwargs = dict(p.env.kwargs)
     if video_dir is not None:
         env_kwargs["render_mode"] = "rgb_array"

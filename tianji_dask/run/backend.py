@@ -34,6 +34,8 @@ class RunPlan:
     explorer_hosts: tuple[str, ...] | None = None
     #: ``Callback`` objects given from Python (each learner gets its own copy off this process)
     callbacks: tuple = ()
+    #: let distributed's warnings and logs below ERROR through (``Run(verbose=True)``)
+    verbose: bool = False
 
     @property
     def shares_cluster(self) -> bool:
@@ -95,7 +97,8 @@ class SingleBackend(Backend):
         self.startup = {}
         self._run = SingleProcessRun(plan.core_spec(), explorers=p.explorers, chunk_steps=p.chunk_steps,
                                      env_id=p.env.id, num_envs=p.env.num_envs, env_kwargs_for=p.env_kwargs_for,
-                                     seed=p.seed + plan.env_seed, step_cost_for=p.step_cost_for)
+                                     seed=p.seed + plan.env_seed, step_cost_for=p.step_cost_for,
+                                     max_failures=p.stop.max_explorer_failures)
         self._done = threading.Event()
         self._final: dict | None = None
 

@@ -4,13 +4,31 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tianji_dask.algos import algorithm_registry, make_algorithm
-from tianji_dask.config import Pipeline, PipelineError
+from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
 from tianji_dask.dataflow.controller.settings import window_floor
 from tianji_dask.envs.vector import env_spaces
+from tianji_dask.run.preflight import check_driver
+
+PipelineLike = Pipeline | dict | str | os.PathLike
+
+
+def as_pipeline(pipeline: PipelineLike, overrides: dict | None) -> Pipeline:
+    """The pipeline a run is given (a Pipeline, a dict, a YAML path or a bundled name), validated
+    with ``overrides`` applied."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
+    if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
+        raise PipelineError(f"pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got {type(pipeline).__name__}")
+    if isinstance(pipeline, Pipeline):
+        return parse_pipeline(pipeline.model_dump(), overrides=overrides) if overrides else pipeline
+    if isinstance(pipeline, dict):
+        return parse_pipeline(pipeline, overrides=overrides)
+    return load_pipeline(pipeline, overrides=overrides)
 
 
 @dataclass(frozen=True)
@@ -18,7 +36,9 @@ class Prepared:
     """What the checks learnt, which the run builds its learners from. ``make_algo``: the
     picklable factory every role builds the algorithm with. ``chunks_per_update``: the fewest
     chunks one update needs (the window's floor). ``replay_ratio``: the controller's [min, max]
-    band, or None. ``reduce_every`` and ``reduce_barrier``: group mode's fusion settings."""
+    band, or None. ``reduce_every`` and ``reduce_barrier``: group mode's fusion settings.
+    ``env_spaces``, ``env_warnings``: the env's spaces and its checker's warnings in the driver's
+    pre-flight (``preflight.py``), which an explorer worker's must match."""
 
     make_algo: Callable
     chunks_per_update: int
@@ -26,13 +46,15 @@ class Prepared:
     replay_ratio: list[float] | None
     reduce_every: int
     reduce_barrier: bool
+    env_spaces: tuple = ()
+    env_warnings: tuple = ()
 
 
 def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     """Build the env and the algorithm once, here: a pipeline they refuse fails before a cluster
     starts. ``has_client``: the run joins a cluster given to it (so the learner may not run on
     this machine)."""
-    obs_space, act_space = _spaces(p)
+    (obs_space, act_space), env_warnings = _spaces(p)
     make_algo = functools.partial(make_algorithm, p.algo.name, obs_space, act_space, p.algo_config.model_dump(), p.seed)
     algo = _build(p, make_algo)
     # on-policy chunks hold their credit until trained on: a window below one update's chunks deadlocks
@@ -72,6 +94,7 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
         make_algo=make_algo, chunks_per_update=chunks_per_update, on_policy=algo.on_policy, replay_ratio=replay_ratio,
         reduce_every=p.reduce.every or (1 if algo.on_policy else 16),
         reduce_barrier=algo.on_policy if p.reduce.barrier is None else p.reduce.barrier,
+        env_spaces=(obs_space, act_space), env_warnings=tuple(env_warnings),
     )
 
 
@@ -97,11 +120,9 @@ def _build(p: Pipeline, make_algo):
 
 
 def _spaces(p: Pipeline):
-    """The env's spaces; every explorer's env must have the same ones."""
-    try:
-        spaces = env_spaces(p.env.id, **p.env.kwargs)
-    except Exception as err:  # noqa: BLE001 - any failure to build the env is the user's to fix
-        raise PipelineError(f"env: cannot create {p.env.id} with kwargs {p.env.kwargs}: {err}") from None
+    """The env's spaces, from its pre-flight here (made, reset, stepped, checked), and the
+    checker's warnings; every explorer's env must have the same spaces."""
+    spaces, warnings = check_driver(p)
     for eid in p.env.explorer_kwargs:
         kwargs = p.env_kwargs_for(eid)
         try:
@@ -110,7 +131,7 @@ def _spaces(p: Pipeline):
             raise PipelineError(f"env.explorer_kwargs: cannot create {p.env.id} for explorer {eid} with kwargs {kwargs}: {err}") from None
         if theirs != spaces:
             raise PipelineError(f"env.explorer_kwargs: explorer {eid}'s env has other spaces than the rest ({theirs})")
-    return spaces
+    return spaces, warnings
 
 
 def _check_handoff(p: Pipeline, has_client: bool) -> None:

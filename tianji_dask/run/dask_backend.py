@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import time
 
+from tianji_dask.dataflow.learner.closing import LearnerCloseGuard, guard_name
+from tianji_dask.dataflow.learner.final_books import read_final
 from tianji_dask.dataflow.learner.report import LearnerReport
+from tianji_dask import dask_internals
 from tianji_dask.errors import PipelineError
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
-from tianji_dask.run import accounting, specs
+from tianji_dask.run import accounting, preflight, specs
 from tianji_dask.run.backend import Backend, RunPlan
+from tianji_dask.run.quiet import distributed_log_level
 from tianji_dask.run.supervisor import LearnerSupervisor
 from tianji_dask.run.worker_checks import check_worker_imports
 
@@ -50,7 +54,7 @@ class DaskBackend(Backend):
         if self.client is None:
             threads = p.cluster.explorer_threads or -(-len(streams) // explorer_workers)  # a slot for every stream
             self._opened = open_cluster(p.cluster, len(streams), explorer_workers, learners=p.groups,
-                                        explorer_threads=threads)
+                                        explorer_threads=threads, log_level=distributed_log_level(plan.verbose))
             self.client, self.cluster, timeout = self._opened.client, self._opened.cluster, self._opened.start_timeout
         client = self.client
         # a cluster we started has one LEARNER worker per group; on another, groups share them
@@ -59,7 +63,10 @@ class DaskBackend(Backend):
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
         check_worker_imports(client, p)
+        preflight.check_worker(client, plan)  # the env made, stepped and checked on an explorer worker
         client.register_plugin(StalenessController(), name="tianji")
+        # a learner whose worker closes under it (its scheduler lost) checkpoints and writes its books first
+        register_worker_plugin(client, name=guard_name(plan.run_id), plugin=LearnerCloseGuard(plan.run_id))
         register_worker_plugin(client, name=pool_name(plan.run_id), plugin=EnvPool(
             plan.run_id, p.env.id, p.env.num_envs, p.env.kwargs, plan.prepared.make_algo, p.seed + plan.env_seed,
             explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
@@ -157,6 +164,24 @@ class DaskBackend(Backend):
                 self.learners.t_run_start = time.time() - elapsed
         return reports
 
+    def finals_left(self, wait_s: float) -> list[dict | None]:
+        """The scheduler is gone, and the learners with their workers: each group's final books as
+        its learner wrote them while its worker closed (waited for up to ``wait_s``; None for a
+        learner that wrote none: its worker killed outright)."""
+        dirs = specs.group_dirs(self.plan.out, "rows", self.plan.pipeline.groups)
+        deadline = time.time() + wait_s
+        while True:
+            finals = [read_final(d) for d in dirs]
+            if all(f is not None for f in finals) or time.time() >= deadline:
+                return finals
+            time.sleep(0.2)
+
+    def abandon(self) -> None:
+        """The scheduler is gone: drop the client without waiting on it (it would retry to reconnect)."""
+        dask_internals.drop_client(self.client)
+        self._opened = None
+        self.client = self.cluster = None
+
     def stop(self) -> None:
         for learner in self.learners.learners:
             learner.stop().result(timeout=30)
@@ -234,6 +259,7 @@ class DaskBackend(Backend):
                 attach.unpublish(self.client, self.plan.run_id)
             if self._opened is None or self._opened.cluster is None:  # a cluster the backend started goes with it
                 self.client.unregister_worker_plugin(pool_name(self.plan.run_id))
+                self.client.unregister_worker_plugin(guard_name(self.plan.run_id))
         except Exception:  # noqa: BLE001
             pass
 

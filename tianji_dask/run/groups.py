@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tianji_dask.callbacks.runner import pooled
+from tianji_dask.core.env_errors import pooled as pooled_env_errors
 from tianji_dask.core.metrics import CHUNK_FIELDS, age_summary, staleness_summary
 from tianji_dask.core.stop import StopRules
 
@@ -90,5 +91,6 @@ def pool_results(finals: list[dict], rules: StopRules, stop_reason: str | None, 
         error="\n".join(errors) or None, checkpoint=[r["checkpoint"] for r in per], fusion=fusion,
         group_results=[{k: v for k, v in r.items() if k not in ("lost",)} for r in per],
         callbacks=pooled([r.get("callbacks") for r in per]),
+        env_errors=pooled_env_errors([r.get("env_errors") for r in per]),
     )
     return results, episodes, chunks

@@ -7,33 +7,30 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tianji_dask.callbacks.entries import check_objects
-from tianji_dask.config import Pipeline, PipelineError, load_pipeline, parse_pipeline
+from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_path
+from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.errors import RunFault
-from tianji_dask.run import results_writer, specs
+from tianji_dask.errors import RunFault, SchedulerLost
+from tianji_dask.run import provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
-from tianji_dask.run.checks import check_pipeline
+from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
 from tianji_dask.run.groups import groups_stop_reason, pool_status
+from tianji_dask.run.progress import Progress, in_notebook, show_page
 from tianji_dask.run.startup import process_start_time
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
-
-
-def as_pipeline(pipeline, overrides: dict | None) -> Pipeline:
-    if overrides is not None and not isinstance(overrides, dict):
-        raise PipelineError(f"overrides: must be a mapping of dotted fields to values, got {type(overrides).__name__}")
-    if not isinstance(pipeline, (Pipeline, dict, str, os.PathLike)):
-        raise PipelineError(f"pipeline: must be a Pipeline, a dict, a YAML path or a bundled name, got {type(pipeline).__name__}")
-    if isinstance(pipeline, Pipeline):
-        return parse_pipeline(pipeline.model_dump(), overrides=overrides) if overrides else pipeline
-    if isinstance(pipeline, dict):
-        return parse_pipeline(pipeline, overrides=overrides)
-    return load_pipeline(pipeline, overrides=overrides)
+#: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
+FINALS_WAIT_S = 65.0
 
 
 class Run:
@@ -51,18 +48,29 @@ class Run:
     defined in a notebook cell (it travels to the workers by value); ``algo.config`` must suit it.
     ``callbacks``: ``tianji_dask.Callback`` objects, called after the pipeline's own; in single mode
     these very objects, otherwise a copy in each learner's process (cloudpickled, as Dask sends it).
+    ``progress``: one live line of the run's status while ``wait`` waits (in place on a terminal or in
+    a notebook, every 5 s elsewhere); None (the default): only in a Jupyter notebook.
+    ``verbose``: let distributed's warnings and logs below ERROR through; by default they are kept
+    from the terminal and the notebook, and what matters is one ``tianji_dask`` line.
     ``imported_at``: when the caller's own imports were done (the CLI's), for the start-up record.
+    A bad pipeline, setting or argument raises ``PipelineError`` (one line) before anything starts.
     """
 
-    def __init__(self, pipeline, client=None, *, out: str | os.PathLike | None = None, overrides: dict | None = None,
-                 learner_worker: str | None = None, explorer_workers: list[str] | None = None, algorithm=None,
-                 callbacks: list | None = None, imported_at: float | None = None, _resume_from: list[str] | None = None,
-                 _from_version: int = -1):
+    def __init__(self, pipeline: PipelineLike, client: Client | None = None, *, out: str | os.PathLike | None = None,
+                 overrides: dict | None = None, learner_worker: str | None = None,
+                 explorer_workers: list[str] | None = None, algorithm: type | str | None = None,
+                 callbacks: list | None = None, progress: bool | None = None, verbose: bool = False,
+                 imported_at: float | None = None, _resume_from: list[str] | None = None, _from_version: int = -1):
         # when each step of the start was reached (Unix times)
         self._startup: dict[str, float] = {"import": imported_at or time.time()}
         if algorithm is not None:  # a class (e.g. a notebook's) or 'module:Class', as algo.name
             overrides = {**(overrides or {}), "algo.name": algorithm}
         p = self.pipeline = as_pipeline(pipeline, overrides)
+        #: the file the pipeline was loaded from (None: given as a dict or a Pipeline)
+        self.source = resolve_pipeline_path(pipeline) if isinstance(pipeline, (str, os.PathLike)) else None
+        self.progress = in_notebook() if progress is None else bool(progress)
+        self.verbose = bool(verbose)
+        self._provenance: dict | None = None
         self.run_id = uuid.uuid4().hex[:8]
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = Path(out) if out is not None else Path("runs") / f"{p.name}-{p.mode}-{stamp}-{self.run_id}"
@@ -81,6 +89,7 @@ class Run:
         self._attaching = False  # made by ``attach``: ``start`` reconnects to the run instead
         self._group_stop: str | None = None  # why the run stopped its groups (group mode)
         self._finals: list[dict] | None = None  # one per learner
+        self._last_status: dict | None = None  # the last status a poll brought
         self.results: dict | None = None
         #: newer checkpoints a resume passed over, one line each (damaged files)
         self.skipped_checkpoints: list[str] = []
@@ -92,10 +101,14 @@ class Run:
         self._prepared = check_pipeline(p, has_client=client is not None)
         self.callbacks = check_objects(callbacks, p.mode)
         self._startup["checked"] = time.time()
+        #: what the user should know of the pipeline as checked (each also said once, one line)
+        self.notes: list[str] = [n for n in [target_note(p, overrides)] if n]
+        for note in self.notes:
+            quiet.say(note)
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, client=None, *, overrides: dict | None = None,
-               imported_at: float | None = None) -> "Run":
+    def resume(cls, run_dir: str | os.PathLike, client: Client | None = None, *, overrides: dict | None = None,
+               imported_at: float | None = None, **options) -> "Run":
         """A Run that continues a stopped or crashed run from its newest checkpoint that loads
         (``skipped_checkpoints`` says which newer ones did not, and why), writing to the same
         directory: the learner's version, the episodes so far and the clock go on from there.
@@ -108,12 +121,12 @@ class Run:
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
         found = [checkpoint.newest_loadable(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]  # one line when none loads
         run = cls(pipeline, client, out=d, imported_at=imported_at, _resume_from=[str(path.resolve()) for path, _, _ in found],
-                  _from_version=max(int(state["version"]) for _, state, _ in found))
+                  _from_version=max(int(state["version"]) for _, state, _ in found), **options)
         run.skipped_checkpoints = [line for _, _, skipped in found for line in skipped]
         return run
 
     @classmethod
-    def attach(cls, run_dir: str | os.PathLike) -> "Run":
+    def attach(cls, run_dir: str | os.PathLike, **options) -> "Run":
         """A Run for a run that trains on without its driver: one started on a scheduler of its
         own making (``cluster.kind: address``) whose driver died. ``start`` reconnects to it and
         makes this process its one driver; ``wait`` then writes its results as its first driver
@@ -122,14 +135,15 @@ class Run:
 
         d = Path(run_dir)
         record = attach.read_run_file(d)
-        run = cls(load_pipeline(d / "pipeline.yaml"), out=d, _resume_from=record["resume_from"])
+        run = cls(load_pipeline(d / "pipeline.yaml"), out=d, _resume_from=record["resume_from"], **options)
         run.run_id, run.t_process_start, run._env_seed = record["run_id"], record["t_process_start"], record["env_seed"]
         run._startup = dict(record["startup"])
         run._attaching = True
         return run
 
     @classmethod
-    def from_checkpoint(cls, pipeline, checkpoint_path: str | os.PathLike, client=None, *, out, overrides: dict | None = None,
+    def from_checkpoint(cls, pipeline: PipelineLike, checkpoint_path: str | os.PathLike, client: Client | None = None, *,
+                        out: str | os.PathLike, overrides: dict | None = None,
                         **placement) -> "Run":
         """A new run (its own folder) that starts from another run's checkpoint: its weights,
         optimizer moments, version and clock, with this pipeline's settings (population-based
@@ -149,7 +163,8 @@ class Run:
     def plan(self) -> RunPlan:
         return RunPlan(pipeline=self.pipeline, prepared=self._prepared, run_id=self.run_id, out=self.out,
                        t_process_start=self.t_process_start, env_seed=self._env_seed, resume_from=self.resume_from,
-                       learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts, callbacks=self.callbacks)
+                       learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts, callbacks=self.callbacks,
+                       verbose=self.verbose)
 
     # ---- what the backend holds ------------------------------------------------------------
     @property
@@ -159,7 +174,7 @@ class Run:
         return self._backend
 
     @property
-    def client(self):
+    def client(self) -> Client | None:
         """The ``distributed.Client`` the run trains on (None in single mode, or before start)."""
         return self._backend.client if self._backend is not None else self._client
 
@@ -179,8 +194,17 @@ class Run:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Run":
+        """Start (or join) the cluster and the learners; returns at once, the run training."""
         if self._backend is not None:
             raise RuntimeError("start: this run has already started")
+        with quiet.kept_quiet(self.verbose):
+            self._start()
+        moved = quiet.dashboard_moved(self.pipeline.cluster.dashboard_address, self.dashboard_link) if self.cluster else None
+        if moved:
+            quiet.say(f"dashboard port {moved[0]} is taken; using {moved[1]}")
+        return self
+
+    def _start(self) -> None:
         if self._attaching:
             from tianji_dask.run.dask_backend import DaskBackend
 
@@ -190,16 +214,13 @@ class Run:
             except BaseException:
                 self._backend.close()
                 raise
-            return self
-        fresh = not self.out.exists()
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self._write_pipeline()  # what `tianji-dask resume` reads back
-        except OSError as err:
-            if fresh:
-                shutil.rmtree(self.out, ignore_errors=True)
-            raise PipelineError(f"out: cannot write {str(self.out)!r} ({err.strerror or err}); "
-                                "allowed: a directory this user can create and write, on a disk with room") from None
+            return
+        self._provenance = provenance.at_start(self.pipeline, self.source)
+        outlives = self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address"
+        fresh = run_folder.prepare(self.out, self.pipeline, run_file={  # what `tianji-dask attach` reads back
+            "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
+            "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed,
+        } if outlives else None)
         if self.pipeline.mode == "single":
             self._backend = SingleBackend(self.plan)
         else:
@@ -213,22 +234,6 @@ class Run:
                 self.close()
                 shutil.rmtree(self.out, ignore_errors=True)
             raise
-        return self
-
-    def _write_pipeline(self) -> None:
-        from tianji_dask.config import pipeline_yaml
-
-        # not a plain dump: with balance, chunk_steps given as well would not load back
-        (self.out / "pipeline.yaml").write_text(pipeline_yaml(self.pipeline))
-        from tianji_dask.run import attach
-
-        if self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address":
-            # what `tianji-dask attach` reads back: the run outlives this process on that scheduler
-            attach.write_run_file(self.out, {
-                "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
-                "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed})
-        else:  # a resumed run that no longer outlives its driver: nothing to attach to
-            (self.out / attach.RUN_FILE).unlink(missing_ok=True)
 
     def _started(self) -> Backend:
         if self._backend is None:
@@ -261,18 +266,12 @@ class Run:
         with every group's under "groups" in group mode, or one ``group``'s."""
         return self._cluster_backend("controller_state").controller_state(history=history, group=group)
 
-    def live(self, height: int = 1000):
+    def live(self, height: int = 1000) -> str:
         """In Jupyter: the run's ``/tianji`` dashboard page (live, about twice a second) in the
         notebook, with links to it and to the whole dashboard."""
         if not self.dashboard_link:
             raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
-        from IPython.display import HTML, IFrame, display
-
-        page = self.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={self.run_id}"
-        display(HTML(f'<p>tianji run {self.run_id}: <a href="{page}" target="_blank">{page}</a> · '
-                     f'<a href="{self.dashboard_link}" target="_blank">Dask dashboard</a></p>'))
-        display(IFrame(page, width="100%", height=height))
-        return page
+        return show_page(self.dashboard_link, self.run_id, height)
 
     def configure(self, **settings) -> dict:
         """Change the staleness controller while the run goes on, e.g.
@@ -290,24 +289,35 @@ class Run:
         if self._backend is not None:
             self._backend.stop()
 
-    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status=None) -> dict:
+    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status: Callable[[dict], None] | None = None) -> dict:
         """Block until the run ends (or ``timeout`` s, then stop it); write and return results."""
         if self.results is not None:
             return self.results
         backend = self._started()
+        with quiet.kept_quiet(self.verbose), Progress(self.pipeline.mode, self.progress) as progress:
+            lost = self._wait(backend, timeout, poll_s, on_status, progress)
+        return self._write() if lost is None else self._write_after(lost)
+
+    def _wait(self, backend: Backend, timeout: float | None, poll_s: float, on_status, progress: Progress
+              ) -> SchedulerLost | None:
+        """Poll the learners until they are done (None) or the scheduler is lost (that error)."""
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
-            reports = backend.reports(poll_s)
+            try:
+                reports = backend.reports(poll_s)
+            except SchedulerLost as lost:
+                return lost
             if reports is None:
                 continue  # a learner was rebuilt: ask again
-            status = self._pooled(reports)
+            status = self._last_status = self._pooled(reports)
+            progress(status)
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
                 self._finals = backend.finals()
-                break
+                return None
             if not stopped and self.pipeline.groups > 1:
                 self._group_stop = self._group_stop or groups_stop_reason(status, [r.status for r in reports], self._rules)
                 if self._group_stop:
@@ -316,13 +326,17 @@ class Run:
             if deadline is not None and time.time() > deadline and not stopped:
                 self.stop()
                 stopped = True
-        return self._write()
+
+    def _record(self) -> dict:
+        """What the results record of the run's origins (read as it started; an attached run's now)."""
+        return {"provenance": self._provenance or provenance.at_start(self.pipeline, self.source), "env_seed": self._env_seed}
 
     def _write(self) -> dict:
         backend = self._backend
         results, episodes, chunks, replay = results_writer.assemble(
             self._finals, self.pipeline, run_id=self.run_id, rules=self._rules, group_stop=self._group_stop,
-            fusion=backend.fusion, startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start)
+            fusion=backend.fusion, startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start,
+            **self._record())
         results["error_file"] = results_writer.move_tracebacks(results, self.out)
         results.update(backend.figures(results))
         try:
@@ -338,22 +352,27 @@ class Run:
         self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
         return results
 
+    def _write_after(self, lost: SchedulerLost) -> dict:
+        """The scheduler was lost, its workers with it: the results from what each learner wrote
+        as its worker closed (or what this driver last heard), and the line that says so."""
+        backend = self._backend
+        results, episodes, chunks, replay = results_writer.after_lost_scheduler(
+            lost, backend.finals_left(FINALS_WAIT_S), self.pipeline, run_id=self.run_id, rules=self._rules,
+            out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
+            startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())
+        results["learner_restarts"] = backend.learners.restarts
+        backend.abandon()
+        self.results = results
+        self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
+        self.close()
+        return results
+
     def close(self) -> None:
         if self._backend is not None:
             self._backend.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Run":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.close()
-
-
-def train(pipeline, client=None, *, out=None, timeout: float | None = None, overrides: dict | None = None) -> dict:
-    """One call: start a run, wait for it, return its results (also written to ``run.out``)."""
-    run = Run(pipeline, client, out=out, overrides=overrides)
-    try:
-        run.start()
-        return run.wait(timeout=timeout)
-    finally:
-        run.close()

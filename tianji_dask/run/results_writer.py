@@ -11,19 +11,22 @@ from pathlib import Path
 import numpy as np
 
 from tianji_dask.config import Pipeline
-from tianji_dask.core.metrics import write_results
+from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS, write_results
 from tianji_dask.core.stop import StopRules
 from tianji_dask.errors import RunFault
 from tianji_dask.run.groups import pool_results
+from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
 
 
 def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, group_stop: str | None,
-             fusion: Callable[[], dict | None], startup: dict, t_process_start: float
-             ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+             fusion: Callable[[], dict | None], startup: dict, t_process_start: float, provenance: dict | None = None,
+             env_seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
     """(results, episodes, chunks, replay log) of the run: one learner's, or every group's pooled
     (``fusion()``: the reducer's rounds, read only then). ``startup``: when each step of the start
-    was reached (Unix times)."""
+    was reached (Unix times). ``provenance``: what the run recorded of its origins as it started
+    (``provenance.at_start``), to which the explorer streams' env seeds are added (``env_seed``:
+    the offset a run continued from a checkpoint adds to the pipeline's seed)."""
     replay = None
     if len(finals) > 1:
         results, episodes, chunks = pool_results(finals, rules, group_stop, fusion())
@@ -38,6 +41,7 @@ def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, 
     )
     results["simulated"] = p.simulated()
     results["startup"] = startup_results(startup, t_process_start, finals)
+    results["provenance"] = {**(provenance or {}), "seeds": stream_seeds(p, env_seed, finals)}
     return results, episodes, chunks, replay
 
 
@@ -67,3 +71,55 @@ def write(out: Path, results: dict, episodes: np.ndarray, chunks: np.ndarray, re
                        f"the run's newest checkpoint: {results.get('checkpoint') or 'none'}") from None
     shutil.rmtree(Path(out) / "rows", ignore_errors=True)
     return path
+
+
+def unheard_final(status: dict, rules: StopRules, *, t_run_start: float, t_process_start: float,
+                  checkpoint: str | None) -> dict:
+    """A learner killed with its worker wrote no final books: a final of what its driver last
+    heard of it (its figures; no episodes or chunks), every results field present."""
+    from tianji_dask.core import summary
+    from tianji_dask.core.ledger import Ledger
+
+    ledger = Ledger(rules, t_run_start=t_run_start, t_process_start=t_process_start)
+    ledger.t_end = t_run_start + float(status.get("elapsed_s") or 0.0)
+    results = summary.results(ledger, int(status.get("version") or 0))
+    results.update(env_steps=int(status.get("env_steps") or 0), updates=int(status.get("updates") or 0),
+                   final_mean_return=status.get("mean_return"), checkpoint=checkpoint, learner_chunks=None,
+                   heard_only=True)
+    return {"results": results, "episodes": np.zeros((0, len(EPISODE_FIELDS))), "chunks": np.zeros((0, len(CHUNK_FIELDS)))}
+
+
+def learner_chunk_accounting(finals: list[dict]) -> dict:
+    """The chunk accounting from the learners' own books, when the controller's went with its
+    scheduler: every task a learner submitted was consumed or lost."""
+    books = [f["results"].get("learner_chunks") for f in finals]
+    source = "the learners' own books (the controller's went with the scheduler)"
+    if any(b is None for b in books):
+        return {"balanced": None, "source": source, "why": "a learner wrote no books: its worker was killed with it"}
+    submitted, consumed, lost = (sum(b[k] for b in books) for k in ("submitted", "consumed", "lost"))
+    return {"granted": submitted, "consumed": consumed, "returned": {"lost": lost}, "in_flight": 0,
+            "balanced": all(b["balanced"] for b in books), "source": source}
+
+
+def after_lost_scheduler(lost, found: list[dict | None], p: Pipeline, *, run_id: str, rules: StopRules, out: Path,
+                         last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float,
+                         provenance: dict | None = None, env_seed: int = 0):
+    """(results, episodes, chunks, replay log) of a run whose scheduler was lost (``lost``, a
+    ``SchedulerLost``): from each group's ``found`` final books (what its learner wrote as its
+    worker closed; None: none, then what the driver last heard), with one line saying what
+    happened and how to go on."""
+    heard = (last_status.get("groups") or [last_status]) if last_status else []
+    finals = [final if final is not None else unheard_final(
+        heard[g] if g < len(heard) else {}, rules, t_run_start=t_run_start, t_process_start=t_process_start,
+        checkpoint=None) for g, final in enumerate(found)]
+    results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop="scheduler_lost",
+                                                 fusion=lambda: None, startup=startup, t_process_start=t_process_start,
+                                                 provenance=provenance, env_seed=env_seed)
+    wrote = sum(f is not None for f in found)
+    checkpointed = any(f["results"].get("checkpoint") for f in finals)
+    go_on = (f"`tianji-dask resume {out} --scheduler ADDRESS` continues from its newest checkpoint" if checkpointed
+             else "no checkpoint was written: `tianji-dask train` starts it again")
+    results.update(stop_reason="scheduler_lost", error_file=None, chunk_accounting=learner_chunk_accounting(finals),
+                   error=(f"scheduler: {lost}, and the run's workers closed with it; {wrote} of {len(found)} learners "
+                          f"wrote a checkpoint and their books as they closed; {go_on}"))
+    return results, episodes, chunks, replay

@@ -56,6 +56,7 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         replay_log=p.mode != "single" and p.groups == 1,
         tensorboard_dir=str((out / "tensorboard").resolve()) if p.logging.tensorboard else None,
         callbacks=callback_plan(p, out=out, run_id=run_id, group=group, objects=callbacks),
+        env_max_errors=p.env.max_errors,
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.learner.report import LearnerReport
-from tianji_dask.errors import RunFault
+from tianji_dask.errors import RunFault, SchedulerLost
 from tianji_dask.launch.cluster import learner_workers
 from tianji_dask.run import specs
 
@@ -92,7 +92,7 @@ class LearnerSupervisor:
                 calls.append(learner.status(wait_s))
             for group, call in enumerate(calls):
                 reports.append(call.result(timeout=30 + wait_s))
-        except Exception as err:  # noqa: BLE001 - the learner's worker is gone
+        except Exception as err:  # noqa: BLE001 - the learner's worker is gone, or the whole cluster with its scheduler
             self.rebuild(err, group)
             return None
         now = time.time()
@@ -173,6 +173,8 @@ class LearnerSupervisor:
         from tianji_dask.core import checkpoint
         from tianji_dask.launch.cluster import check_roles
 
+        if not dask_internals.scheduler_alive(self.client):  # its workers closed with it: nothing to rebuild on
+            raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
         out = self.plan.out
         directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
         handoff = checkpoint.handoff_left(directory)

@@ -1,10 +1,11 @@
 """Before a run's learners or explorers start: every module the pipeline names by ``module:attr``
-(its algorithm, its encoder, its callbacks) imports on every worker, or the run stops with one
-line naming the field, the worker and why."""
+(its algorithm, its encoder, its callbacks, its env, its env registration and wrappers) imports on
+every worker, or the run stops with one line naming the field, the worker and why."""
 
 from __future__ import annotations
 
 from tianji_dask.callbacks.entries import parse as parse_callback
+from tianji_dask.envs.wrappers import modules as wrapper_modules
 from tianji_dask.errors import PipelineError
 
 
@@ -17,6 +18,13 @@ def named_modules(p) -> dict[str, str]:
         named.setdefault(p.algo.config["encoder"].partition(":")[0], "algo.config.encoder")
     for i, entry in enumerate(p.callbacks):  # validated with the pipeline
         named.setdefault(parse_callback(entry)[0].partition(":")[0], f"callbacks[{i}]")
+    env_module = str(p.env.id).partition(":")[0] if ":" in str(p.env.id) else None
+    if env_module and env_module != "__main__":  # a notebook's class travels by value
+        named.setdefault(env_module, "env.id")
+    if p.env.register:
+        named.setdefault(p.env.register.partition(":")[0], "env.register")
+    for module in wrapper_modules(p.env.wrappers):
+        named.setdefault(module, "env.wrappers")
     return named
 
 

@@ -3,9 +3,12 @@ once on one cluster; writes ``sweep.json``, ``best.yaml`` and ``sweep.png`` to t
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tianji_dask.errors import PipelineError
 from tianji_dask.sweeps import report
@@ -23,6 +26,9 @@ from tianji_dask.sweeps.study import (
     stop_quietly,
     watch,
 )
+
+if TYPE_CHECKING:
+    from tianji_dask.config import Pipeline
 
 POLL_S = 0.5
 
@@ -62,9 +68,10 @@ def prepare(pipeline, params, *, trials: int, concurrent: int, objective: str, m
     return user, base, params, budget
 
 
-def sweep(pipeline, params, *, trials: int = 8, concurrent: int = 2, objective: str = "time_to_solve",
-          max_seconds: float | None = None, out: str | Path = "sweeps/sweep", overrides: dict | None = None,
-          pruner: str = "median", sampler: str = "tpe", seed: int | None = 0, on_event=None) -> dict:
+def sweep(pipeline: str | os.PathLike | dict | Pipeline, params: dict[str, str] | list[str], *, trials: int = 8,
+          concurrent: int = 2, objective: str = "time_to_solve", max_seconds: float | None = None,
+          out: str | os.PathLike = "sweeps/sweep", overrides: dict | None = None, pruner: str = "median",
+          sampler: str = "tpe", seed: int | None = 0, on_event: Callable[[str, dict], None] | None = None) -> dict:
     """Run (or resume: the same ``out``) an Optuna study of ``trials`` trials, ``concurrent`` at a
     time on one cluster. ``params``: ``{"algo.config.lr": "loguniform:1e-4:1e-2"}`` or
     ``["algo.config.lr=loguniform:1e-4:1e-2"]``. ``on_event(kind, info)``: called as trials
@@ -120,7 +127,8 @@ def _start(study, base, params: list[Param], slot, client, out: Path, emit) -> A
     values = {p.key: p.suggest(trial) for p in params}
     run_dir = out / "trials" / f"{trial.number:04d}"
     trial.set_user_attr("run_dir", str(run_dir))
-    run = Run(base, client, out=run_dir, overrides=values, learner_worker=slot.learner, explorer_workers=slot.explorers)
+    run = Run(base, client, out=run_dir, overrides=values, learner_worker=slot.learner, explorer_workers=slot.explorers,
+              progress=False)  # trials run side by side: the sweep says what each does
     a = Active(trial, slot, run, values)
     try:
         run.start()

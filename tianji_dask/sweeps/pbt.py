@@ -104,7 +104,7 @@ def _launch(m: Member, base, client, out: Path, emit, checkpoint_path: str | Non
     from tianji_dask.run.handle import Run
 
     run_dir = out / "members" / f"m{m.index}-g{m.generation}"
-    placement = {"learner_worker": m.slot.learner, "explorer_workers": m.slot.explorers}
+    placement = {"learner_worker": m.slot.learner, "explorer_workers": m.slot.explorers, "progress": False}
     if checkpoint_path is None:
         m.run = Run(base, client, out=run_dir, overrides=m.params, **placement)
     else:

@@ -49,7 +49,12 @@ def check_algorithm(algorithm, env_id: str, *, config: dict | None = None, env_k
     ``chunk_steps`` steps), then weights, ``seed_acting``, pickling and checkpoint round trips.
 
     Returns the violations (one line each, naming the method); with ``raise_on_violation`` raises
-    ``AlgorithmCheckError`` holding them instead, when there are any."""
+    ``AlgorithmCheckError`` holding them instead, when there are any. ``env_id`` takes what a
+    pipeline's ``env.id`` takes: a gymnasium id, ``"module:Class"``, or an env class or factory."""
+    if not isinstance(env_id, str) or ":" in env_id:
+        from tianji_dask.envs.source import resolve_env
+
+        env_id = resolve_env(env_id, env_register)
     checker = _Checker(algorithm, env_id, config or {}, env_kwargs or {}, env_register, num_envs, chunk_steps, seed)
     checker.run(updates, max_chunks)
     if checker.found and raise_on_violation:

@@ -28,7 +28,7 @@ _connections: dict[tuple, socket.socket] = {}
 _lock = threading.Lock()
 
 
-def _connect(address: tuple, secret: bytes) -> socket.socket:
+def connect(address: tuple, secret: bytes) -> socket.socket:
     """A connection to the sink at (host, port[, Unix socket name]), the secret already sent: the
     Unix socket where it can be reached (the sink's own host), else TCP."""
     host, port, *local = address
@@ -71,7 +71,7 @@ def send_chunk(address: tuple, key: str, chunk: dict, *, secret: bytes) -> Direc
             conn = _connections.get((address, secret))
             try:
                 if conn is None:
-                    conn = _connections[address, secret] = _connect(address, secret)
+                    conn = _connections[address, secret] = connect(address, secret)
                 _send_all(conn, parts)
                 if conn.recv(1) != ACK:
                     raise ConnectionError("direct send: the sink closed the connection before it held the chunk")

@@ -173,7 +173,7 @@ class ChunkSink:
                     # the description is read while the body's first bytes come in (the sender
                     # keeps filling the socket's buffer), not after the last
                     chunk_plan = plan(description, body_len)
-                    body = self._buffer(body_len)  # every array in one allocation: few, large reads
+                    body = self.receive_buffer(body_len)  # every array in one allocation: few, large reads
                     if _recv_exact(conn, body_len, into=body) is None:
                         return
                     chunk = assemble(chunk_plan, body)
@@ -225,7 +225,12 @@ class ChunkSink:
             if len(self._discarded) > 4096:
                 self._discarded.clear()  # keys of sends that never came: bounded, not kept
 
-    def _buffer(self, nbytes: int) -> np.ndarray:
+    def connections_open(self) -> int:
+        """Senders connected now (a closed connection is forgotten)."""
+        with self._cond:
+            return len(self._conns)
+
+    def receive_buffer(self, nbytes: int) -> np.ndarray:
         """A receive buffer of ``nbytes``: a pooled one whose last chunk is gone (its pages already
         mapped: a fresh large buffer costs a page fault per 4 KiB), else a new one, pooled
         while the pool holds less than POOL_BYTES."""

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 from distributed import WorkerPlugin
 
+from tianji_dask import dask_internals
+from tianji_dask.dataflow.controller.books import EXPLORE_PREFIX
 from tianji_dask.envs.rollout import Rollout, stream_seed
 from tianji_dask.envs.simulate import StepCostClock
 
 POOL_PREFIX = "tianji-envs-"
+EVAL_PREFIX = "tianji-eval-"  # an evaluation task's key: tianji-eval-<learner's tag>-<serial>
 
 
 def pool_name(run_id: str) -> str:
@@ -50,7 +53,7 @@ def _worker_metrics(worker) -> dict:
     """What the dashboard's worker table shows of the env pools on one worker."""
     pools = _pools(worker)
     return {"env_steps": sum(p.env_steps for p in pools),
-            "policy_version": max((v for p in pools for v in p._versions.values()), default=-1),
+            "policy_version": max((p.newest_version() for p in pools), default=-1),
             "streams": sum(len(p.rollouts) for p in pools)}
 
 
@@ -85,7 +88,7 @@ class EnvPool(WorkerPlugin):
 
     def __getstate__(self):
         # locks and thread-local policies stay on each worker: the plugin travels without them
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_stream_locks", "_local")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_stream_locks", "_local", "_quiet")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -96,10 +99,19 @@ class EnvPool(WorkerPlugin):
 
         torch.set_num_threads(1)  # explorers do small-batch inference; threads only contend
         worker.metrics["tianji"] = _worker_metrics  # every run's pool on this worker, summed
+        # what this run's explorer and evaluation tasks raise reaches the learner, which says it in
+        # one line (and keeps the traceback in the run's folder): not Dask's log of it, here
+        self._quiet = dask_internals.quiet_task_errors((f"{EXPLORE_PREFIX}{self.run_id}-", f"{EVAL_PREFIX}{self.run_id}-"))
 
     def teardown(self, worker):
+        if getattr(self, "_quiet", None) is not None:
+            dask_internals.loud_task_errors(self._quiet)
+            self._quiet = None
         for rollout in self.rollouts.values():
-            rollout.close()
+            try:
+                rollout.close()
+            except Exception:  # noqa: BLE001 - a broken env may not close either
+                pass
         self.rollouts.clear()
         if not [p for p in _pools(worker) if p is not self]:
             worker.metrics.pop("tianji", None)
@@ -125,7 +137,10 @@ class EnvPool(WorkerPlugin):
         """Forget a stream's envs (they may be broken): its next chunk rebuilds them."""
         rollout = self.rollouts.pop(explorer_id, None)
         if rollout is not None:
-            rollout.close()
+            try:
+                rollout.close()
+            except Exception:  # noqa: BLE001 - a broken env may not close either
+                pass
 
     def policy_for(self, weights: dict, policy_version: int, group: int = 0):
         policies = getattr(self._local, "policies", None)
@@ -139,6 +154,10 @@ class EnvPool(WorkerPlugin):
             entry = policies[group] = LoadedPolicy(entry.policy, policy_version)
             self._versions[group] = max(self._versions.get(group, -1), policy_version)
         return entry.policy
+
+    def newest_version(self) -> int:
+        """The newest policy version any thread of this pool acts with (-1: none yet)."""
+        return max(self._versions.values(), default=-1)
 
     def count(self, env_steps: int) -> None:
         with self._lock:

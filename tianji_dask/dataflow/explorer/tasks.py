@@ -16,7 +16,7 @@ from distributed.metrics import context_meter
 from tianji_dask.dataflow.direct.send import Unencodable, send_chunk
 from tianji_dask.dataflow.explorer.pool import worker_pool
 from tianji_dask.dataflow.keycache import bound_key_cache
-from tianji_dask.errors import ExplorerError, raised_in
+from tianji_dask.errors import EnvError, ExplorerError, raised_in
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,15 @@ class DirectRoute:
 
 
 
+def _explorer_error(pool, explorer_id: int, err: Exception, policy) -> ExplorerError:
+    """One line naming the stream, the env and what raised; the traceback (an env's own, without
+    the rollout's re-raise) as its detail, which the learner writes to the run's folder."""
+    line = f"explorer {explorer_id}, env {pool.env_id}: "
+    if isinstance(err, EnvError):
+        return ExplorerError(line + str(err), err.traceback_text(), env=True)
+    return ExplorerError(line + raised_in(err, type(policy)), traceback.format_exc())
+
+
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
                   group: int = 0, direct: DirectRoute | None = None) -> dict:
     """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
@@ -40,15 +49,17 @@ def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: 
     with context_meter.meter("policy-load"):
         policy = pool.policy_for(weights, policy_version, group)
     with pool.stream_lock(explorer_id):
-        rollout = pool.rollout(explorer_id)
+        try:
+            rollout = pool.rollout(explorer_id)
+        except EnvError as err:  # the env cannot be made (or reset): said as an env error, like one in step
+            raise _explorer_error(pool, explorer_id, err, policy) from err
         policy.seed_acting([rollout.seed, rollout.serial])  # its actions: a function of its seed and weights alone
         with context_meter.meter("env-step"):
             try:
                 chunk = rollout.run(policy, n_steps, explore, policy_version=policy_version, explorer_id=explorer_id)
             except Exception as err:
                 pool.drop(explorer_id)  # the stream's envs may be broken: the next chunk rebuilds them (fresh episodes)
-                raise ExplorerError(f"explorer {explorer_id}, env {pool.env_id}: {raised_in(err, type(policy))}",
-                                    traceback.format_exc()) from err
+                raise _explorer_error(pool, explorer_id, err, policy) from err
     pool.count(chunk["env_steps"])
     context_meter.digest_metric("env-steps", chunk["env_steps"], "count")
     bound_key_cache()  # every chunk's key passes through this worker's key-name cache

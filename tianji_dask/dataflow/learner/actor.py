@@ -82,6 +82,7 @@ class Learner:
         self._handoff: dict | None = None  # what a handoff left, once the learner has stopped for it
         self._handoff_asked = False
         self._cpu = CpuClock()
+        self._ended_event = threading.Event()  # set once the final books exist (on disk too, if the worker closes)
         self._thread = threading.Thread(target=self._main, name="tianji-learner", daemon=True)
         self._thread.start()
 
@@ -113,6 +114,15 @@ class Learner:
         self._handoff_asked = True
         return True
 
+    def worker_closing(self) -> threading.Event:
+        """Its worker is closing under it (its scheduler lost: ``closing.py``): stop now, without a
+        word to the scheduler, write a checkpoint and the final books into the run folder. The
+        event is set once they are there (at once, for a learner that has ended)."""
+        if self._final is None:
+            self.loop.worker_closing = True
+            self._stop.set()
+        return self._ended_event
+
     @property
     def handing_off(self) -> bool:
         """A handoff was asked for (``hand_off_now``) and the learner has not ended yet."""
@@ -132,17 +142,28 @@ class Learner:
         try:
             self.core.run(self.loop.run)
         finally:
-            self._finish()
+            try:
+                self._finish()
+            finally:
+                self._ended_event.set()
 
     def _finish(self) -> None:
         core = self.core
         core.request_stop("stopped")
         extras = learner_extras(cpu=self._cpu, publisher=self.publisher, stream=self.stream, fusion=self.fusion,
                                 group=self.spec.group)
+        extras["learner_chunks"] = self.loop.chunk_books()
         self._set_status(self.loop.status(time.time()))
         final = core.finish(extras, final_status=lambda _: self._report.status)
-        self.stream.close()
-        self.publisher.close()
+        closing = self.loop.worker_closing
+        if closing:
+            from tianji_dask.dataflow.learner.final_books import write_final
+
+            with contextlib.suppress(OSError):  # a full disk: the checkpoint, if written, stays
+                write_final(core.spec.rows_dir, final.as_dict())
+        else:
+            self.stream.close()
+            self.publisher.close()
         handoff, path = self.loop.handoff, core.last_checkpoint
         if handoff is not None and core.error is None and path is not None:  # the loop's end wrote that checkpoint
             self._handoff = {**handoff, "checkpoint": str(path), "worker": self._worker_address,

@@ -46,6 +46,10 @@ class Loop:
         #: set when the loop ended for a handoff: when it stopped, and the chunks that went with it
         self.handoff: dict | None = None
         self.first_update_t: float | None = None  # when this learner made its first update
+        #: its worker is closing (its scheduler lost): stop at once and say nothing more to Dask
+        self.worker_closing = False
+        self.consumed = 0  # chunks this learner consumed (a resumed one's books hold earlier ones too)
+        self._lost_at_start = core.chunks_lost
 
     def run(self) -> None:
         self._publish(wait=True)
@@ -54,6 +58,8 @@ class Loop:
                 self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
                 break
             self.step()
+        if self.worker_closing:
+            self.core.request_stop("worker_closed")
         self.drain()
 
     def _draining(self, now: float) -> bool:
@@ -85,6 +91,8 @@ class Loop:
                 self._pending.append(arrival)
                 continue
             self.core.record_lost(arrival.key, arrival.stream, arrival.lost)
+            if arrival.env_error:  # counted, its traceback kept for the run's env_errors.txt; env.max_errors judged
+                self.core.record_env_error(arrival.stream, arrival.lost, arrival.detail)
             if arrival.failed and arrival.failures >= self.spec.max_explorer_failures:
                 self.core.fail(f"explorer {arrival.stream} failed {arrival.failures} chunks in a row; last: {arrival.lost}",
                                "explorer_failures", detail=arrival.detail)
@@ -94,6 +102,15 @@ class Loop:
         self._consumed.append(self.core.consume(arrival.chunk, key=arrival.key, dropped=dropped,
                                                 submit_version=arrival.submit_version, explore=arrival.explore))
         self._held.append(arrival.future)
+        self.consumed += 1
+
+    def chunk_books(self) -> dict:
+        """This learner's own account of its chunks: every task it submitted was consumed or
+        lost (the controller's books say the same from the scheduler's side, while it lives)."""
+        lost = self.core.chunks_lost - self._lost_at_start
+        submitted = self.stream.submitted
+        return {"submitted": submitted, "consumed": self.consumed, "lost": lost,
+                "balanced": submitted == self.consumed + lost}
 
     def _filter(self, chunk: dict) -> str | None:
         """Why the dataflow's filters drop ``chunk`` (the core's ``filter_reason``), None: kept.
@@ -205,7 +222,16 @@ class Loop:
 
     def drain(self) -> None:
         """Report what was consumed; cancel what is still out (its credits come back when forgotten).
-        At a handoff, the chunks that go this way are counted in ``handoff``."""
+        At a handoff, the chunks that go this way are counted in ``handoff``. On a closing worker
+        nothing goes to the scheduler: what is still out is lost with it."""
+        if self.worker_closing:
+            for arrival in self._pending:
+                self.core.record_lost(arrival.key, arrival.stream, "received, not trained on: the learner's worker closed")
+            for key, stream in self.stream.forget_all():
+                self.core.record_lost(key, stream, "in flight when the learner's worker closed")
+            self._pending.clear()
+            self._consumed, self._held = [], []
+            return
         when = "at stop" if self.handoff is None else "at handoff"
         lost0 = self.core.chunks_lost
         if self.admission.waiting:

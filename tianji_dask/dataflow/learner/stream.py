@@ -38,7 +38,8 @@ class InFlight:
 @dataclass
 class Arrival:
     """A finished explorer task. ``chunk`` is None when the chunk was lost (``lost`` says why);
-    ``failed`` when its task erred (``failures``: that stream's failures in a row). The future
+    ``failed`` when its task erred (``failures``: that stream's failures in a row; ``env_error``:
+    the env raised, not the policy). The future
     is held until the controller has the chunk's consumption on record, or its credit would
     come back as forgotten."""
 
@@ -52,6 +53,7 @@ class Arrival:
     failures: int = 0
     explore: dict | None = None  # the exploration settings its task acted with
     detail: str | None = None  # a failed task's traceback, when its explorer sent one
+    env_error: bool = False  # failed because its env raised (made, reset or stepped), not its policy
 
 
 def describe_error(error) -> str:
@@ -150,6 +152,7 @@ class ExplorerStream:
             self._failures[stream] += 1
             arrival.lost, arrival.failed, arrival.failures = describe_error(result), True, self._failures[stream]
             arrival.detail = getattr(_exception(result), "detail", None)
+            arrival.env_error = bool(getattr(_exception(result), "env", False))
         else:
             if isinstance(result, DirectChunk):
                 with self._timed("receive"):
@@ -163,6 +166,19 @@ class ExplorerStream:
         if arrival.lost is not None and self.sink is not None:
             self.sink.discard(future.key)  # its bytes may have come (or still come) directly
         return arrival
+
+    @property
+    def submitted(self) -> int:
+        """Explorer tasks this learner has submitted."""
+        return self._serial
+
+    def forget_all(self) -> list[tuple[str, int]]:
+        """Drop every task still out without a word to the scheduler (it is gone); returns their
+        (key, stream)."""
+        out = [(key, entry.stream) for key, entry in self._in_flight.items()]
+        self._in_flight.clear()
+        self._ac.clear()
+        return out
 
     def cancel_all(self) -> list[tuple[str, int]]:
         """Cancel every task still out; returns their (key, stream). Their credits come back
