@@ -65,6 +65,13 @@ def _shape(stage: str, obs, space: gym.Space) -> None:
         raise EnvCheckError(stage, f"returned an observation of shape {np.shape(obs)}, but observation_space is {space}")
 
 
+def _first(obs):
+    """The first env's observation of a vector env's batch (a Dict's or Tuple's leaf by leaf)."""
+    if isinstance(obs, dict):
+        return {k: _first(v) for k, v in obs.items()}
+    return tuple(_first(v) for v in obs) if isinstance(obs, tuple) else obs[0]
+
+
 def _close(env) -> None:
     try:
         env.close()
@@ -114,10 +121,10 @@ def probe_env(env_id, env_kwargs: dict | None = None, *, check: bool = True, see
         env = _stage("make_vec", make_vec_env, env_id, 1, seed=seed, **env_kwargs)
         try:
             obs, _ = _stage("vector reset", env.reset, seed=seed)
-            _shape("vector reset", obs[0], env.single_observation_space)
+            _shape("vector reset", _first(obs), env.single_observation_space)
             env.action_space.seed(seed)
             obs = _stage("vector step", env.step, env.action_space.sample())[0]
-            _shape("vector step", obs[0], env.single_observation_space)
+            _shape("vector step", _first(obs), env.single_observation_space)
             probe = Probe(env.single_observation_space, env.single_action_space)
         finally:
             _close(env)
