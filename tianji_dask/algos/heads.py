@@ -143,7 +143,5 @@ class ActionHeads:
             return logits.argmax(dim=1)
         if self.kind == "binary":
             return (logits > 0).long().reshape(-1, *self.shape)  # -1, not len(): a traced batch size stays free
-        best = torch.stack([logits[:, a:b].argmax(dim=1) for a, b in self._slices()], dim=1)
-        if self.start.any():
-            best = best + torch.from_numpy(self.start)
+        best = torch.stack([logits[:, a:b].argmax(dim=1) + int(s) for (a, b), s in zip(self._slices(), self.start)], dim=1)
         return best.reshape(-1, *self.shape)
