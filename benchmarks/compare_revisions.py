@@ -32,7 +32,10 @@ from _report import write_report  # noqa: E402 - a sibling script
 ROOT = Path(__file__).resolve().parent.parent
 #: per benchmark: the figures compared, each read off one run's record
 FIGURES = {
-    "time_to_solve": {"time-to-solve (s)": lambda r: r["time_to_solve_s"], "env steps": lambda r: r["env_steps"]},
+    "time_to_solve": {"time-to-solve (s)": lambda r: r["time_to_solve_s"],
+                      "from process start (s)": lambda r: r["time_to_solve_from_process_start_s"],
+                      "learner built (s after process start)": lambda r: (r.get("startup") or {}).get("learner_built_s"),
+                      "env steps": lambda r: r["env_steps"]},
     "overhead": {"dataflow overhead": lambda r: r["overhead"], "learner busy": lambda r: r["learner_busy"],
                  "env steps/s": lambda r: r["env_steps_per_s"]},
     "learner_roofline": {"updates/s": lambda r: r["updates_per_s"]},
