@@ -23,7 +23,7 @@ class Toy:
         self.net = torch.nn.Linear(4, 2)
         self.compilable = compilable
 
-    _modules = Algorithm._modules  # the networks, as an Algorithm lists them
+    networks = Algorithm.networks  # the networks, as an Algorithm lists them
     compiled, use_loss = Algorithm.compiled, Algorithm.use_loss  # how learn() reaches a compiled loss
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

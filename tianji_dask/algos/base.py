@@ -184,7 +184,7 @@ class Algorithm(Acting, ABC):
         and critics included), as CPU arrays: what group mode averages across learners. Optimizer
         states are not part of it (TianJi does not merge them either)."""
         out = {}
-        for name, module in self._modules():
+        for name, module in self.networks():
             for key, tensor in module.state_dict().items():
                 if tensor.is_floating_point():
                     out[f"{name}.{key}"] = tensor.detach().cpu().numpy().copy()
@@ -193,12 +193,12 @@ class Algorithm(Acting, ABC):
     def load_model_state(self, state: dict[str, np.ndarray]) -> None:
         """Overwrite the networks' floating-point tensors from ``model_state``-shaped arrays."""
         with torch.no_grad():
-            for name, module in self._modules():
+            for name, module in self.networks():
                 for key, tensor in module.state_dict().items():
                     if tensor.is_floating_point():
                         tensor.copy_(torch.as_tensor(state[f"{name}.{key}"]).to(tensor.device))
 
-    def _modules(self) -> list[tuple[str, torch.nn.Module]]:
+    def networks(self) -> list[tuple[str, torch.nn.Module]]:
         return sorted((name, value) for name, value in vars(self).items() if isinstance(value, torch.nn.Module))
 
     @abstractmethod

@@ -137,7 +137,7 @@ class IMPALA(SegmentActorCritic, Algorithm):
             T, N = seg["rewards"].shape
             valid = seg["valid"]
             if self.recurrent:  # each env's sequence unrolled from the chunk's state0
-                target_logp, entropy, values = segment_terms(self.net, self._obs(seg["obs"]), seg, self.device)
+                target_logp, entropy, values = segment_terms(self.net, self.network_obs(seg["obs"]), seg, self.device)
             else:
                 obs = self._rows(self._segment_obs(seg), (T + 1) * N)
                 actions = torch.as_tensor(seg["actions"]).to(self.device).flatten(0, 1)

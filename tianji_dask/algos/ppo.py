@@ -29,7 +29,7 @@ from tianji_dask.algos.base import Algorithm
 from tianji_dask.algos.normalize import RewardScaler
 from tianji_dask.algos.recurrent import RecurrentSpec
 from tianji_dask.algos.recurrent_ppo import sequence_batch, sequence_update
-from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig
+from tianji_dask.algos.segments import SegmentActorCritic, SegmentConfig, minibatch_slices
 from tianji_dask.chunk import cat_obs, extras, map_obs
 
 
@@ -116,12 +116,6 @@ class PPO(SegmentActorCritic, Algorithm):
         batch["obs"] = map_obs(lambda v: torch.from_numpy(v).to(self.device).reshape(len(v), -1), obs)
         return batch
 
-    @staticmethod
-    def _slices(n: int, parts: int) -> list[slice]:
-        """``parts`` contiguous slices covering range(n), sizes differing by at most one."""
-        bounds = [n * i // parts for i in range(parts + 1)]
-        return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-
     def loss(self, mb: dict[str, torch.Tensor], with_stats: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """CleanRL's PPO loss on one minibatch: clipped surrogate + vf_coef x (clipped) value loss
         - ent_coef x entropy. Returns (loss, detached statistics, empty unless ``with_stats``)."""
@@ -175,7 +169,7 @@ class PPO(SegmentActorCritic, Algorithm):
             perm = torch.from_numpy(self.rng.permutation(B)).to(self.device)
             shuffled = {k: map_obs(lambda t: t[perm], v) for k, v in batch.items()}  # then minibatches are cheap views
             last_epoch = epoch == c.update_epochs - 1
-            for mb_slice in self._slices(B, n_mb):
+            for mb_slice in minibatch_slices(B, n_mb):
                 mb = {k: map_obs(lambda t: t[mb_slice], v) for k, v in shuffled.items()}
                 loss, stats = self.loss(mb, with_stats=last_epoch)
                 self.optimizer.minimize(loss, c.max_grad_norm)

@@ -170,7 +170,7 @@ def with_start_state(algo, seg: dict) -> dict:
     device = algo.device
     keep = torch.as_tensor(keep_mask(seg["burn_valid"])).to(device)
     with torch.no_grad():
-        state = algo.net.final_state(torch.as_tensor(frames(algo._obs(seg["burn_obs"]))).to(device),
+        state = algo.net.final_state(torch.as_tensor(frames(algo.network_obs(seg["burn_obs"]))).to(device),
                                      torch.as_tensor(seg["burn_state"]).to(device), keep[:-1])
         state0 = (state * keep[-1].unsqueeze(1)).cpu().numpy()
     return {**seg, "state0": state0}

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from tianji_dask.algos.recurrent import frames, keep_mask, segment_features, with_start_state
+from tianji_dask.algos.segments import minibatch_slices
 
 
 def sequence_batch(algo, segments: list[dict], gae_fn) -> dict[str, torch.Tensor]:
@@ -21,7 +22,7 @@ def sequence_batch(algo, segments: list[dict], gae_fn) -> dict[str, torch.Tensor
         if seg["rewards"].shape[0] != T:
             raise ValueError("recurrent PPO: all segments of a batch must have the same number of steps")
         seg = with_start_state(algo, seg)
-        obs = algo._obs(seg["obs"])
+        obs = algo.network_obs(seg["obs"])
         rewards = seg["rewards"] if algo.reward_scale is None else algo.reward_scale(seg["rewards"])
         with torch.no_grad():
             values = algo.net.value(segment_features(algo.net, obs, seg, algo.device)).cpu().numpy()
@@ -80,7 +81,7 @@ def sequence_update(algo, batch: dict[str, torch.Tensor]) -> tuple[dict[str, tor
     for epoch in range(c.update_epochs):
         perm = torch.from_numpy(algo.rng.permutation(B)).to(algo.device)
         last = epoch == c.update_epochs - 1
-        for sl in algo._slices(B, n_mb):
+        for sl in minibatch_slices(B, n_mb):
             idx = perm[sl]
             mb = {k: (v[idx] if k == "state0" else v[:, idx]) for k, v in batch.items()}
             loss, stats = sequence_loss(algo, mb, with_stats=last)

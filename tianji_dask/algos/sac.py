@@ -151,7 +151,7 @@ class SAC(ReplayPacing, Algorithm):
     def act(self, obs: np.ndarray, explore: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions in [-1, 1]: uniform with ``explore["random"]``, tanh of the mean with
         ``explore["greedy"]``, else sampled from the squashed Gaussian."""
-        obs = self._obs(obs)
+        obs = self.network_obs(obs)
         if explore.get("random", False):
             n = len(next(iter(obs.values()))) if self.structured else len(obs)
             return self.rng.uniform(-1.0, 1.0, (n, self.action_dim)).astype(np.float32), {}
@@ -174,7 +174,7 @@ class SAC(ReplayPacing, Algorithm):
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_policy_weights(weights, self.actor, self.obs_norm)
 
-    def _obs(self, obs):
+    def network_obs(self, obs):
         """Normalized with the statistics in use, if on; a Dict or Tuple observation as its leaves."""
         if self.structured:
             return obs_leaves(obs)
@@ -231,7 +231,7 @@ class SAC(ReplayPacing, Algorithm):
             self._make_optimizers()
         idx = self.replay.sample_indices(c.batch_size)
         sample = self.replay.gather(idx)
-        sample["obs"], sample["next_obs"] = self._obs(sample["obs"]), self._obs(sample["next_obs"])
+        sample["obs"], sample["next_obs"] = self.network_obs(sample["obs"]), self.network_obs(sample["next_obs"])
         b = {k: map_obs(lambda v: torch.from_numpy(v).to(self.device), v) for k, v in sample.items()}
         if not self.structured:  # a Dict's leaves go as they are: the encoder takes each as it needs
             b["obs"], b["next_obs"] = b["obs"].flatten(1).float(), b["next_obs"].flatten(1).float()

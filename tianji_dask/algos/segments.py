@@ -31,6 +31,12 @@ from tianji_dask.algos.spaces import check_mask, observation_input, refuse_norma
 from tianji_dask.chunk import extras, map_obs, obs_leaves, observations
 
 
+def minibatch_slices(n: int, parts: int) -> list[slice]:
+    """``parts`` contiguous slices covering range(n), sizes differing by at most one."""
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 class SegmentConfig(AlgoConfig):
     """What PPO's and IMPALA's hyperparameters share: the actor-critic, its optimizer, the batch of
     segments, the update's passes and terms, normalization and your own encoder."""
@@ -129,7 +135,7 @@ class SegmentActorCritic:
         if self.recurrent:
             raise ValueError(f"{type(self).__name__}: a recurrent policy acts through act_recurrent(obs, state, explore)")
         greedy = explore.get("greedy", False)
-        obs = self._obs(obs)
+        obs = self.network_obs(obs)
         if self.continuous:
             actions, logp = sample_gaussian(*self.net.numpy_mean(obs), self.rng, greedy)
         else:
@@ -146,7 +152,7 @@ class SegmentActorCritic:
         greedy = explore.get("greedy", False)
         device = self.net.actor_head.weight.device
         with torch.no_grad():
-            feats, new_state = self.net.step(torch.as_tensor(frames(self._obs(obs)[None])[0]).to(device),
+            feats, new_state = self.net.step(torch.as_tensor(frames(self.network_obs(obs)[None])[0]).to(device),
                                              torch.as_tensor(state, dtype=torch.float32).to(device))
             if self.continuous:
                 mean, logstd = self.net.mean(feats).cpu().numpy(), self.net.actor_logstd.cpu().numpy()
@@ -171,7 +177,7 @@ class SegmentActorCritic:
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_policy_weights(weights, self.net, self.obs_norm, self.actor_keys)
 
-    def _obs(self, obs):
+    def network_obs(self, obs):
         """Observations as the networks see them: normalized with the statistics in use, if on; a
         Dict or Tuple observation as its leaves ``{path: array}``."""
         if self.structured:
@@ -180,7 +186,7 @@ class SegmentActorCritic:
 
     def _segment_obs(self, seg: dict):
         """A segment's observations (T+1, N, ...) as the networks see them (see ``_obs``)."""
-        return self._obs(observations(seg))
+        return self.network_obs(observations(seg))
 
     def _rows(self, obs, rows: int):
         """Observations (an array, or a dict of leaves) as tensors of ``rows`` flat rows, on the device."""

@@ -60,7 +60,7 @@ def _clone(tree):
 
 
 def _grad_flags(algo) -> dict[tuple[str, str], bool]:
-    return {(k, n): p.requires_grad for k, m in algo._modules() for n, p in m.named_parameters()}
+    return {(k, n): p.requires_grad for k, m in algo.networks() for n, p in m.named_parameters()}
 
 
 def _shadow(algo, flags: dict[tuple[str, str], bool]):
@@ -69,7 +69,7 @@ def _shadow(algo, flags: dict[tuple[str, str], bool]):
     for k, v in vars(algo).items():
         if isinstance(v, (torch.nn.Module, torch.Tensor)):
             setattr(shadow, k, copy.deepcopy(v))
-    for k, m in shadow._modules():
+    for k, m in shadow.networks():
         for n, p in m.named_parameters():
             p.requires_grad_(flags.get((k, n), p.requires_grad))
     return shadow
@@ -78,7 +78,7 @@ def _shadow(algo, flags: dict[tuple[str, str], bool]):
 def _loss_and_grads(fn, shadow, args, kwargs):
     out = fn(shadow, *args, **kwargs)
     loss = out[0] if isinstance(out, (tuple, list)) else out
-    params = [p for _, m in shadow._modules() for p in m.parameters() if p.requires_grad]
+    params = [p for _, m in shadow.networks() for p in m.parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, params, allow_unused=True) if loss.requires_grad else ()
     return tree_flatten(out)[0], list(grads)
 
