@@ -161,12 +161,14 @@ def run(args, pairs: list[tuple[str, str]]) -> int:
                         keep=args.keep, replay=args.replay)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    out, made = Path(args.out), {"harness": commit(), "tianji_dask": tested_commit()}
+    out = Path(args.out)
     failed_any = False
     for seed in range(args.seed, args.seed + args.runs):
         for name, setup in pairs:
+            made = {"harness": commit(), "tianji_dask": tested_commit()}  # the tree tested may change between runs
             rec = run_one(plan(name, setup, seed, args.at_versions), settings, log=lambda s: print(s, flush=True))
-            rec["commit"] = made
+            after = tested_commit()
+            rec["commit"] = made if after == made["tianji_dask"] else {**made, "tianji_dask_after": after}
             rec["command"] = "python benchmarks/chaos.py " + " ".join(
                 [f"--fault {name}", f"--setup {setup}", f"--seed {seed}"]
                 + [a for a in _passed_on(args)])
@@ -247,7 +249,16 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"chaos: error: {err}", file=sys.stderr)
         return 2
-    return run(args, pairs)
+    try:
+        return run(args, pairs)
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as stop:  # SIGTERM or SIGHUP (_on_signal): the runs have undone what they made
+        if stop.code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP):
+            raise
+        code = stop.code
+    print("chaos: interrupted; the processes, namespaces and mounts of the run are gone", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

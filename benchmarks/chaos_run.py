@@ -147,7 +147,7 @@ def _run(p: Plan, s: Settings, scratch: Path, undo: Undo, rec: dict, log) -> Non
         "no_traceback": checks.no_traceback(all_lines),
         "results": checks.results_balance(run_dir, results, exempt),
     }
-    inv["clocks"] = checks.clocks(results, None if hang else ended_at, p.hold_s or 0)
+    inv["clocks"] = checks.clocks(run_dir, results, checks.said_how_it_ended(judged.lines), p.hold_s or 0)
     inv["checkpoint_loads"], held = checks.newest_checkpoint(run_dir)
     replayed = _replay(p, scratch, undo, run_dir, results, rec, log) if s.replay else None
     inv["replay_log"] = checks.replay_log(run_dir, results, exempt, replayed)
@@ -160,7 +160,8 @@ def _run(p: Plan, s: Settings, scratch: Path, undo: Undo, rec: dict, log) -> Non
         "stop_reason", "error", "final_version", "updates", "episodes", "chunks", "chunks_lost", "wall_s",
         "chunk_accounting", "learner_restarts", "replay", "t_run_start", "age_s")}
     rec["driver"] = {"rc": driver.poll(), "last_lines": driver.text()[-12:]}
-    rec["judged"] = {"who": who, "rc": rc, "last_lines": judged_lines[-12:]}
+    rec["judged"] = {"who": who, "rc": rc, "last_lines": judged_lines[-12:],
+                     "after_fault": [line for line in after if not checks.is_progress(line)][:200]}
     inv["resume"] = _resume(p, s, scratch, undo, run_dir, held, rec, log)
     rec["invariants"] = inv
     rec["held"] = None if why_not else all(v["ok"] is not False for v in inv.values())
@@ -182,7 +183,8 @@ def _replay(p: Plan, scratch: Path, undo: Undo, run_dir: Path, results: dict | N
 def _resume(p: Plan, s: Settings, scratch: Path, undo: Undo, run_dir: Path, held: dict | None, rec: dict, log) -> dict:
     if held is None:
         return checks.resume(None, [], None, None)
-    args = ["resume", str(run_dir), "--max-seconds", f"{held['elapsed_s'] + s.resume_s:.1f}",
+    # a checkpoint's training time can be below 0 (a clock stepped back): the new budget is still past it
+    args = ["resume", str(run_dir), "--max-seconds", f"{max(held['elapsed_s'], 0) + s.resume_s:.1f}",
             "--set", f"stop.max_env_steps={held['env_steps'] + s.resume_steps}",
             "--set", "cluster.kind=local", "--set", "cluster.dashboard_address=127.0.0.1:0"]
     proc = Embedded(scratch, undo).command(args, "resume")
