@@ -16,7 +16,7 @@ OPTIONAL = {
     "popgym": ("popgym", "popgym"), "mpe2": ("mpe2", "marl"), "pettingzoo": ("pettingzoo", "marl"),
     "optuna": ("optuna", "sweep"), "onnx": ("onnx", "export"), "imageio": ("imageio", "video"),
     "imageio_ffmpeg": ("imageio-ffmpeg", "video"), "mlflow": ("mlflow-skinny", "mlflow"), "wandb": ("wandb", "wandb"),
-    "tensorboard": ("tensorboard", None),
+    "tensorboard": ("tensorboard", None), "envpool": ("envpool", "envpool"),
 }
 
 _SPEC = re.compile(r"([A-Za-z_][\w.]*):\S")  # "module:Name" (an env id, a register spec, a base env)
@@ -40,7 +40,10 @@ def missing(module: str) -> bool:
 def env_modules(env: dict) -> list[str]:
     """The optional modules a pipeline's ``env`` section (as given, not yet validated) needs: the
     module of a ``module:Name`` id or of ``register``, a ``module:Name`` base env among its kwargs
-    (``tianji_dask.envs.onehot``), gymnasium's MuJoCo and Atari ids."""
+    (``tianji_dask.envs.onehot``), gymnasium's MuJoCo and Atari ids; with ``backend: envpool``, EnvPool
+    alone (it brings its own simulators)."""
+    if env.get("backend") == "envpool":
+        return ["envpool"]
     specs = [env.get("id"), env.get("register"), *(env.get("kwargs") or {}).values()]
     found = [m.group(1).partition(".")[0] for spec in specs if isinstance(spec, str) and (m := _SPEC.match(spec))]
     env_id = env.get("id")
@@ -61,6 +64,8 @@ def check_env(env) -> None:
     if not isinstance(env, dict):
         return  # the section's own validation says what is wrong
     for module in env_modules(env):
+        if missing(module) and module == "envpool":
+            raise PipelineError(f"env.backend: envpool is not installed; allowed: {install_command(module)}")
         if missing(module):
             raise PipelineError(f"env: {env.get('id')} needs {OPTIONAL[module][0]}, which is not installed; "
                                 f"allowed: {install_command(module)}")

@@ -102,8 +102,8 @@ def _single(env_id, env_kwargs: dict, check: bool, seed: int) -> None:
 
 def _sync(env_id) -> bool:
     """The explorers' vector env is a SyncVectorEnv of single envs (the ones to check): not a
-    multi-agent env, not an env vectorised by its own vector entry point (Atari's preprocesses)."""
-    if is_parallel_env_id(env_id):
+    multi-agent env, not an env vectorised by its own vector entry point (Atari's preprocesses) or by EnvPool."""
+    if is_parallel_env_id(env_id) or getattr(env_id, "backend", "gymnasium") == "envpool":
         return False
     spec = _stage("make", env_spec, env_id)
     return vectorization_mode(spec, getattr(env_id, "wrappers", ())) == "sync"

@@ -38,15 +38,18 @@ class EnvId(str):
     pickling, what the processes making its envs need: ``register``, the ``module:callable``
     registering it; ``spec``, the ``gymnasium.EnvSpec`` to make it from (None: look the id up in
     gymnasium's registry); ``wrappers``, callables applied in order around each single env;
-    ``source``, the class or callable a user gave (None for a string)."""
+    ``source``, the class or callable a user gave (None for a string); ``backend``, what makes its
+    vector envs: ``gymnasium``, or ``envpool`` (an EnvPool id, no spec: ``envpool_backend.py``)."""
 
-    def __new__(cls, env_id: str, register: str | None = None, spec=None, wrappers=(), source=None):
+    def __new__(cls, env_id: str, register: str | None = None, spec=None, wrappers=(), source=None,
+                backend: str = "gymnasium"):
         self = super().__new__(cls, env_id)
         self.register, self.spec, self.wrappers, self.source = register, spec, tuple(wrappers), source
+        self.backend = backend
         return self
 
     def __reduce__(self):
-        return (EnvId, (str(self), self.register, self.spec, self.wrappers, self.source))
+        return (EnvId, (str(self), self.register, self.spec, self.wrappers, self.source, self.backend))
 
 
 def resolve_register(spec: str):
@@ -135,8 +138,12 @@ def make_vec_env(env_id: str, num_envs: int, seed: int | None = None, **env_kwar
     wrappers are asked for: see ``vectorization_mode``).
 
     All routes use autoreset NEXT_STEP, which the chunk format relies on. An ``EnvId``'s
-    ``register`` is called first (once per process).
+    ``register`` is called first (once per process); one of ``env.backend: envpool`` is EnvPool's.
     """
+    if getattr(env_id, "backend", "gymnasium") == "envpool":
+        from tianji_dask.envs import envpool_backend
+
+        return envpool_backend.make_vec(env_id, num_envs, seed, **env_kwargs)
     register(getattr(env_id, "register", None))
     if is_parallel_env_id(env_id):
         env = ParallelVecEnv(env_id, num_envs, **env_kwargs)
