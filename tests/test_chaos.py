@@ -17,11 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: invariants that fail today for a reason already on record, and that reason; one that holds
 #: again should leave this list
-KNOWN = {
-    "replay_log": "a restarted explorer worker counts its env rebuilds from 0 and repeats a stream's first "
-                  "seed (docs/design.md, the failure model: not yet fixed), so replay.csv holds a "
-                  "(stream, env seed, serial) twice",
-}
+KNOWN: dict[str, str] = {}  # invariants a class is known to break today, with why
 
 
 def _harness(monkeypatch):

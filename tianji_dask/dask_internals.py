@@ -113,13 +113,19 @@ def scheduler_address(client) -> str:
     return str(client.scheduler.address) if client.scheduler is not None else "?"
 
 
-def drop_client(client) -> None:
-    """Let go of a client whose scheduler is gone: it gives up reconnecting after its connect
-    timeout, or is cancelled as the process ends; distributed's lines about either (a traceback
-    for the cancellation) are dropped: the run says what happened in its own."""
+def quiet_reconnects() -> None:
+    """Drop distributed's lines about a client that failed to reconnect to its lost scheduler (a
+    traceback when the attempt is cancelled as the process ends): a run says that in its own line.
+    Installed once a run has a cluster (the client may notice the loss before the run does)."""
     import logging
 
     logging.getLogger("distributed.client").addFilter(_not_a_failed_reconnect)
+
+
+def drop_client(client) -> None:
+    """Let go of a client whose scheduler is gone: it gives up reconnecting after its connect
+    timeout, or is cancelled as the process ends, without a line on the terminal."""
+    quiet_reconnects()
 
 
 def _not_a_failed_reconnect(record) -> bool:

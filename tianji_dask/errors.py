@@ -25,13 +25,22 @@ class RunFailed(RuntimeError):
         return type(self), (str(self), self.results)
 
 
-class SchedulerLost(RuntimeError):
+class ClusterLost(RuntimeError):
+    """The cluster can no longer run the run's learners; ``str()`` says what happened. The run
+    writes what it has and says how to resume."""
+
+
+class SchedulerLost(ClusterLost):
     """The run's scheduler stopped answering (``address``): Dask's workers close with it, so the
-    run's learners have ended; the run writes what it has and says how to resume."""
+    run's learners have ended."""
 
     def __init__(self, address: str):
-        super().__init__(f"the scheduler at {address} was lost")
+        super().__init__(f"scheduler: the scheduler at {address} was lost, and the run's workers closed with it")
         self.address = address
+
+
+class LearnerWorkersGone(ClusterLost):
+    """A learner's worker was lost and no worker offering the LEARNER resource came back."""
 
 
 class ExplorerError(RuntimeError):

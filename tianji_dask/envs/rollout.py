@@ -46,8 +46,11 @@ def stream_seed(run_seed: int, explorer_id: int, rebuild: int = 0) -> int:
 class Rollout:
     """A live vector env whose episodes continue across chunks."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None, step_cost=None):
-        """``step_cost``: a ``simulate.StepCostClock``, whose cost every vector step also spends."""
+    def __init__(self, env_id: str, num_envs: int, seed: int, env_kwargs: dict | None = None, step_cost=None,
+                 generation: int = 0):
+        """``step_cost``: a ``simulate.StepCostClock``, whose cost every vector step also spends.
+        ``generation``: how many times its stream has moved to another worker (its seed's part)."""
+        self.generation = generation
         self.env_id = env_id
         self.num_envs = num_envs
         self.step_cost = step_cost

@@ -114,13 +114,18 @@ def cpu_budget(results: dict, cpu0: dict | None, cpu1: dict | None) -> dict | No
     return out
 
 
-def chunk_accounting(state: dict) -> dict:
+def chunk_accounting(state: dict, learner_chunks: int | None = None) -> dict:
     """Every credit the controller granted, group by group summed: consumed (once each), or
     returned unconsumed (lost, cancelled, never submitted), or still out; ``balanced`` when none
-    is out and each consumed chunk was one credited key."""
+    is out and each consumed chunk was one credited key. ``learner_chunks``: the chunks in the
+    learners' books (the results' chunk log); what the controller saw consumed beyond them was
+    consumed by a learner lost before its next checkpoint (``consumed_lost_with_learners``)."""
     books = state.get("groups", [state])
     granted = sum(b["credits_granted"] for b in books)
     returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
     consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
-    return {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
-            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
+    out = {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
+           "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
+    if learner_chunks is not None:
+        out["consumed_lost_with_learners"] = consumed - learner_chunks
+    return out

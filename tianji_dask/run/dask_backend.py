@@ -57,6 +57,7 @@ class DaskBackend(Backend):
                                         explorer_threads=threads, log_level=distributed_log_level(plan.verbose))
             self.client, self.cluster, timeout = self._opened.client, self._opened.cluster, self._opened.start_timeout
         client = self.client
+        dask_internals.quiet_reconnects()
         # a cluster we started has one LEARNER worker per group; on another, groups share them
         counts = check_roles(client, timeout=timeout, learners=p.groups if self._opened is not None else 1)
         self.startup["cluster"] = time.time()
@@ -212,17 +213,22 @@ class DaskBackend(Backend):
         figures: dict = {"learner_restarts": self.learners.restarts}
         if self.plan.shares_cluster:
             figures["controller"] = self._controller_final()
-            figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"])
+            figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"], learner_chunks=self._chunks_this_run(results))
             figures["cluster_shared"] = True
             return figures
         cpu1 = accounting.cpu_seconds(self.client)  # first: the explorers and the scheduler are idle from here on
         figures["explorer_memory"] = accounting.explorer_memory(
             self._explorer_rss0, accounting.explorer_rss(self.client), p.explorers * p.groups)
         figures["controller"] = self._controller_final()
-        figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"])
+        figures["chunk_accounting"] = accounting.chunk_accounting(figures["controller"], learner_chunks=self._chunks_this_run(results))
         figures["dataflow_overhead"] = accounting.dataflow_overhead(self.client, results, self._task_metrics0)
         figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
+
+    def _chunks_this_run(self, results: dict) -> int | None:
+        """The chunks this run's learners have in their books (a resumed run's books also hold the
+        earlier runs' chunks, which the controller did not see: None then)."""
+        return None if any(self.plan.resume_from) else results["chunks"]
 
     def _controller_final(self, settle_s: float = 5.0) -> dict:
         # cancelled explorer tasks return their credits when the scheduler forgets them

@@ -17,7 +17,7 @@ from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_pa
 from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.errors import RunFault, SchedulerLost
+from tianji_dask.errors import ClusterLost, RunFault
 from tianji_dask.run import provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
@@ -299,15 +299,15 @@ class Run:
         return self._write() if lost is None else self._write_after(lost)
 
     def _wait(self, backend: Backend, timeout: float | None, poll_s: float, on_status, progress: Progress
-              ) -> SchedulerLost | None:
-        """Poll the learners until they are done (None) or the scheduler is lost (that error)."""
+              ) -> ClusterLost | None:
+        """Poll the learners until they are done (None) or the cluster can no longer run them (that error)."""
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
             try:
                 reports = backend.reports(poll_s)
-            except SchedulerLost as lost:
+            except ClusterLost as lost:
                 return lost
             if reports is None:
                 continue  # a learner was rebuilt: ask again
@@ -352,11 +352,12 @@ class Run:
         self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
         return results
 
-    def _write_after(self, lost: SchedulerLost) -> dict:
-        """The scheduler was lost, its workers with it: the results from what each learner wrote
-        as its worker closed (or what this driver last heard), and the line that says so."""
+    def _write_after(self, lost: ClusterLost) -> dict:
+        """The cluster can no longer run the learners (its scheduler lost, its workers with it; or
+        no learner worker left): the results from what each learner wrote as its worker closed
+        (or what this driver last heard), and the line that says so and how to go on."""
         backend = self._backend
-        results, episodes, chunks, replay = results_writer.after_lost_scheduler(
+        results, episodes, chunks, replay = results_writer.after_cluster_lost(
             lost, backend.finals_left(FINALS_WAIT_S), self.pipeline, run_id=self.run_id, rules=self._rules,
             out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
             startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())

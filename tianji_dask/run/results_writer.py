@@ -13,7 +13,7 @@ import numpy as np
 from tianji_dask.config import Pipeline
 from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS, write_results
 from tianji_dask.core.stop import StopRules
-from tianji_dask.errors import RunFault
+from tianji_dask.errors import RunFault, SchedulerLost
 from tianji_dask.run.groups import pool_results
 from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
@@ -67,8 +67,10 @@ def write(out: Path, results: dict, episodes: np.ndarray, chunks: np.ndarray, re
     try:
         path = write_results(out, results, episodes, chunks, replay=replay)
     except OSError as err:
+        newest = results.get("checkpoint")
+        go_on = f"`tianji-dask resume {out}` continues from it once the disk has room" if newest else "no checkpoint to go on from"
         raise RunFault(f"out: cannot write the results to {str(out)!r} ({err.strerror or err}); "
-                       f"the run's newest checkpoint: {results.get('checkpoint') or 'none'}") from None
+                       f"the run's newest checkpoint: {newest or 'none'}; {go_on}") from None
     shutil.rmtree(Path(out) / "rows", ignore_errors=True)
     return path
 
@@ -101,25 +103,38 @@ def learner_chunk_accounting(finals: list[dict]) -> dict:
             "balanced": all(b["balanced"] for b in books), "source": source}
 
 
-def after_lost_scheduler(lost, found: list[dict | None], p: Pipeline, *, run_id: str, rules: StopRules, out: Path,
-                         last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float,
-                         provenance: dict | None = None, env_seed: int = 0):
-    """(results, episodes, chunks, replay log) of a run whose scheduler was lost (``lost``, a
-    ``SchedulerLost``): from each group's ``found`` final books (what its learner wrote as its
-    worker closed; None: none, then what the driver last heard), with one line saying what
-    happened and how to go on."""
+def after_cluster_lost(lost, found: list[dict | None], p: Pipeline, *, run_id: str, rules: StopRules, out: Path,
+                       last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float,
+                       provenance: dict | None = None, env_seed: int = 0):
+    """(results, episodes, chunks, replay log) of a run its cluster can no longer run (``lost``,
+    a ``ClusterLost``: its scheduler lost, or no learner worker left): from each group's ``found``
+    final books (what its learner wrote as its worker closed; None: none, then what the driver
+    last heard), with one line saying what happened and how to go on."""
     heard = (last_status.get("groups") or [last_status]) if last_status else []
     finals = [final if final is not None else unheard_final(
         heard[g] if g < len(heard) else {}, rules, t_run_start=t_run_start, t_process_start=t_process_start,
         checkpoint=None) for g, final in enumerate(found)]
-    results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop="scheduler_lost",
+    stop = "scheduler_lost" if isinstance(lost, SchedulerLost) else "learner_lost"
+    results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop=stop,
                                                  fusion=lambda: None, startup=startup, t_process_start=t_process_start,
                                                  provenance=provenance, env_seed=env_seed)
     wrote = sum(f is not None for f in found)
-    checkpointed = any(f["results"].get("checkpoint") for f in finals)
-    go_on = (f"`tianji-dask resume {out} --scheduler ADDRESS` continues from its newest checkpoint" if checkpointed
-             else "no checkpoint was written: `tianji-dask train` starts it again")
-    results.update(stop_reason="scheduler_lost", error_file=None, chunk_accounting=learner_chunk_accounting(finals),
-                   error=(f"scheduler: {lost}, and the run's workers closed with it; {wrote} of {len(found)} learners "
-                          f"wrote a checkpoint and their books as they closed; {go_on}"))
+    results.update(stop_reason=stop, error_file=None, chunk_accounting=learner_chunk_accounting(finals),
+                   error=(f"{lost}; {wrote} of {len(found)} learners wrote a checkpoint and their books as they "
+                          f"closed; {resume_hint(out, p)}"))
     return results, episodes, chunks, replay
+
+
+def resume_hint(out: Path, p: Pipeline) -> str:
+    """How to go on with a run its cluster lost: resume from the newest checkpoint that loads (on a
+    scheduler, for a run that had one), or start again when none was written."""
+    from tianji_dask.core import checkpoint
+    from tianji_dask.run.specs import checkpoint_dirs
+
+    try:
+        for directory in checkpoint_dirs(out, p.groups):
+            checkpoint.newest_loadable(directory)
+    except checkpoint.CheckpointError:
+        return "no checkpoint was written: `tianji-dask train` starts it again"
+    on = " --scheduler ADDRESS" if p.cluster.kind == "address" else ""
+    return f"`tianji-dask resume {out}{on}` continues from its newest checkpoint"

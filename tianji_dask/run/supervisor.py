@@ -10,12 +10,14 @@ from collections.abc import Callable
 
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.learner.report import LearnerReport
-from tianji_dask.errors import RunFault, SchedulerLost
+from tianji_dask.errors import LearnerWorkersGone, RunFault, SchedulerLost
 from tianji_dask.launch.cluster import learner_workers
 from tianji_dask.run import specs
 
 REBUILD_ATTEMPTS = 3
 REBUILD_WAIT_S = 120
+#: a learner that does not answer this long while its worker is still there stops the run
+STALL_LIMIT_S = 600
 HANDOFF_LEAD_S = 30.0  # a fresh learner worker is started this long before a learner's handoff
 
 
@@ -38,6 +40,7 @@ class LearnerSupervisor:
         self._fresh = 0  # fresh learner workers started
         #: when the run started on the learners' clock (a rebuilt learner keeps it)
         self.t_run_start: float | None = None
+        self._stall_since: float | None = None  # since when a learner whose worker is there has not answered
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, groups: int) -> None:
@@ -77,6 +80,21 @@ class LearnerSupervisor:
             workers = [homes[group % len(homes)]] if homes else None
         return self.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
 
+    def _stalled(self, group: int) -> bool:
+        """A learner that did not answer while its worker is still on the cluster has stalled (its
+        process stopped, a long pause): True, up to STALL_LIMIT_S in a row; then RunFault."""
+        if not dask_internals.scheduler_alive(self.client):
+            raise SchedulerLost(dask_internals.scheduler_address(self.client))
+        address = dask_internals.actor_address(self.learners[group])
+        if address is None or address not in self.client.scheduler_info(n_workers=-1).get("workers", {}):
+            return False
+        now = time.time()
+        self._stall_since = self._stall_since or now
+        if now - self._stall_since > STALL_LIMIT_S:
+            raise RunFault(f"learner: no answer for {now - self._stall_since:.0f} s from its worker {address}, which is "
+                           f"still on the cluster; `tianji-dask resume {self.plan.out}` continues from the newest checkpoint")
+        return True
+
     def _replace(self, group: int, spec, workers: list[str] | None) -> None:
         """Group ``group``'s learner, built anew from ``spec`` (on ``workers`` when given)."""
         self.futures[group] = self._submit(spec, group, attempt=len(self.restarts), workers=workers)
@@ -93,8 +111,11 @@ class LearnerSupervisor:
             for group, call in enumerate(calls):
                 reports.append(call.result(timeout=30 + wait_s))
         except Exception as err:  # noqa: BLE001 - the learner's worker is gone, or the whole cluster with its scheduler
+            if self._stalled(group):
+                return None  # its worker is there, stopped or busy: ask again, never a second learner beside it
             self.rebuild(err, group)
             return None
+        self._stall_since = None
         now = time.time()
         for group, report in enumerate(reports):
             self._note_first_update(group, report)
@@ -198,7 +219,11 @@ class LearnerSupervisor:
             workers = [self._worker_named(name)]
             old, self.names[group] = self.names[group], name
             self.opened.retire_learner(old)
-        check_roles(self.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)
+        try:
+            check_roles(self.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)
+        except RuntimeError:
+            raise LearnerWorkersGone(f"learner: its worker was lost and no worker offering the LEARNER resource joined "
+                                     f"within {REBUILD_WAIT_S} s") from None
         # the crash's lost time counts: the rebuilt learner keeps the run's start
         changes = {"keep_t_run_start": self.t_run_start}
         if path is not None:

@@ -20,6 +20,8 @@ from tianji_dask.envs.rollout import Rollout, stream_seed
 from tianji_dask.envs.simulate import StepCostClock
 
 POOL_PREFIX = "tianji-envs-"
+#: seeds of one stream's generations lie this many rebuilds apart
+GENERATION_STRIDE = 1000
 EVAL_PREFIX = "tianji-eval-"  # an evaluation task's key: tianji-eval-<learner's tag>-<serial>
 
 
@@ -77,7 +79,7 @@ class EnvPool(WorkerPlugin):
         self.seed = seed
         self.rollouts: dict[int, Rollout] = {}
         self.env_steps = 0
-        self.rebuilds = 0
+        self.rebuilds: dict[tuple[int, int], int] = {}  # (stream, generation) -> envs built so far
         self._versions: dict[int, int] = {}  # newest version loaded by any thread, per group (for metrics)
         self._make_locks()
 
@@ -121,16 +123,24 @@ class EnvPool(WorkerPlugin):
         with self._lock:
             return self._stream_locks.setdefault(explorer_id, threading.Lock())
 
-    def rollout(self, explorer_id: int) -> Rollout:
-        """The stream's live envs (call with its stream lock held)."""
+    def rollout(self, explorer_id: int, generation: int = 0) -> Rollout:
+        """The stream's live envs (call with its stream lock held). Their seed is the stream's own,
+        new for each ``generation`` (a move to another worker, counted by the learner) and for each
+        rebuild within one (broken envs): a worker restarted from nothing never repeats a seed, and
+        a run that loses no worker plays the same seeds every time."""
+        current = self.rollouts.get(explorer_id)
+        if current is not None and current.generation < generation:
+            self.drop(explorer_id)  # it moved here again: envs of the new generation
         if explorer_id not in self.rollouts:
-            with self._lock:  # a stream rebuilt on another worker gets fresh seeds, not a replay of the old episodes
-                seed = stream_seed(self.seed, explorer_id, self.rebuilds)
-                self.rebuilds += 1
+            with self._lock:
+                rebuild = self.rebuilds.get((explorer_id, generation), 0)
+                self.rebuilds[explorer_id, generation] = rebuild + 1
+            seed = stream_seed(self.seed, explorer_id, GENERATION_STRIDE * generation + rebuild)
             kwargs = {**self.env_kwargs, **self.explorer_kwargs.get(explorer_id, {})}
             cost = self.step_costs.get(explorer_id)
             clock = StepCostClock(cost, self.num_envs, self.seed, explorer_id) if cost else None
-            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs, step_cost=clock)
+            self.rollouts[explorer_id] = Rollout(self.env_id, self.num_envs, seed, kwargs, step_cost=clock,
+                                                 generation=generation)
         return self.rollouts[explorer_id]
 
     def drop(self, explorer_id: int) -> None:

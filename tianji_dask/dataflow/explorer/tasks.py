@@ -40,17 +40,18 @@ def _explorer_error(pool, explorer_id: int, err: Exception, policy) -> ExplorerE
 
 
 def explore_chunk(run_id: str, weights: dict, policy_version: int, explorer_id: int, n_steps: int, explore: dict,
-                  group: int = 0, direct: DirectRoute | None = None) -> dict:
+                  group: int = 0, direct: DirectRoute | None = None, generation: int = 0) -> dict:
     """Step explorer ``explorer_id``'s envs ``n_steps`` times with group ``group``'s policy
     ``policy_version``. With ``direct``, a chunk of at least ``direct.min_bytes`` goes straight
-    to the learner's sink and the task returns its stub (see direct.py)."""
+    to the learner's sink and the task returns its stub (see direct.py). ``generation``: how
+    many times the learner has moved the stream to another worker (its envs' seeds follow it)."""
     worker = get_worker()
     pool = worker_pool(worker, run_id)
     with context_meter.meter("policy-load"):
         policy = pool.policy_for(weights, policy_version, group)
     with pool.stream_lock(explorer_id):
         try:
-            rollout = pool.rollout(explorer_id)
+            rollout = pool.rollout(explorer_id, generation)
         except EnvError as err:  # the env cannot be made (or reset): said as an env error, like one in step
             raise _explorer_error(pool, explorer_id, err, policy) from err
         policy.seed_acting([rollout.seed, rollout.serial])  # its actions: a function of its seed and weights alone

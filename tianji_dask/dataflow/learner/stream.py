@@ -83,6 +83,8 @@ class ExplorerStream:
         self._served: dict[int, int] = {}  # stream -> serial number of its last submission
         self._serial = 0
         self._homes: list[str] = []
+        #: per stream, how many times it moved to another worker: its envs' seeds there are new ones
+        self._generation = {s: 0 for s in self.streams}
         self._hosts = None if hosts is None else set(hosts)
         self._homes_looked_up_at = 0.0
         self._workers_epoch: int | None = None  # the controller's count of workers joined or left, when last looked
@@ -121,7 +123,7 @@ class ExplorerStream:
             home = self._home(stream)
             future = self._client.submit(
                 explore_chunk, self._run_id, weights, weights_version, stream, self._chunk_steps, explore, self._group,
-                self._direct, key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
+                self._direct, self._generation[stream], key=key, resources={"EXPLORER": 1}, pure=False, workers=home,
             )
             self._per_stream[stream] += 1
             self._serial += 1
@@ -219,7 +221,11 @@ class ExplorerStream:
         homes = sorted(a for a, w in workers.items() if w.get("resources", {}).get("EXPLORER")
                        and (self._hosts is None or a in self._hosts))
         gone = set(self._homes) - set(homes)
+        before = self.homes_by_stream()
         self._homes, self._homes_looked_up_at = homes, time.time()
+        for stream, home in self.homes_by_stream().items():
+            if stream in before and before[stream] != home:  # its envs are built anew there: with new seeds
+                self._generation[stream] += 1
         orphans = [entry.future for entry in self._in_flight.values() if entry.home in gone]
         if orphans:
             self._client.cancel(orphans)  # they come out of as_completed as cancelled
