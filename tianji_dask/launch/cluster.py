@@ -186,9 +186,12 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
         install()  # the /tianji pages, before the scheduler is built (JupyterLab lists only those)
     tls = {} if security is None else {"security": security, "protocol": "tls://"}
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        # no dashboard (None): distributed still serves /metrics and /health over HTTP, at the default
+        # port unless told otherwise; a free port then, so a run without a dashboard takes no known one
         cluster = LocalCluster(
-            n_workers=0, threads_per_worker=1, processes=True, dashboard_address=dashboard_address,
-            silence_logs=log_level, scheduler_kwargs={"dashboard": False} if dashboard_later else None, **tls,
+            n_workers=0, threads_per_worker=1, processes=True,
+            dashboard_address=":0" if dashboard_address is None else dashboard_address, silence_logs=log_level,
+            scheduler_kwargs={"dashboard": False} if dashboard_later or dashboard_address is None else None, **tls,
         )
     logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
     template = dask_internals.worker_template(cluster)
