@@ -45,6 +45,8 @@ from __future__ import annotations
 import os
 import time
 
+import episode_log
+
 EPISODE_LOG_ENV = "PEER_EPISODE_LOG"
 
 ZOO = {
@@ -68,27 +70,13 @@ BACKEND = "Serial"
 def _log_episode(ret: float, length: int) -> None:
     path = os.environ.get(EPISODE_LOG_ENV)
     if path:
-        with open(path, "a") as fh:  # one short line per write, appended: safe across processes
-            fh.write(f"{time.time():.6f} {ret} {length}\n")
+        episode_log.append(path, ret, length)
 
 
 def _episode_log_wrapper(env):
     import gymnasium
 
-    class EpisodeLog(gymnasium.Wrapper):
-        def reset(self, **kwargs):
-            self._ret, self._len = 0.0, 0
-            return self.env.reset(**kwargs)
-
-        def step(self, action):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            self._ret += float(reward)
-            self._len += 1
-            if terminated or truncated:
-                _log_episode(self._ret, self._len)
-            return obs, reward, terminated, truncated, info
-
-    return EpisodeLog(env)
+    return episode_log.recording(gymnasium, _log_episode)(env)
 
 
 def make_plain(env_id: str, buf=None, seed=0):
@@ -195,14 +183,7 @@ def run(task: str, env_id: str, seed: int, record: dict, stop) -> None:
     try:
         while True:
             trainer.evaluate()
-            with open(log) as fh:
-                fh.seek(offset)
-                text = fh.read()
-            complete = text[: text.rfind("\n") + 1]
-            offset += len(complete)
-            for line in complete.splitlines():
-                t, r, length = line.split()
-                episodes.append((float(t), float(r), int(length)))
+            offset = episode_log.read_new(log, offset, episodes)
             record["env_steps"] = int(trainer.global_step)
             record["stop_reason"] = stop(episodes)
             if record["stop_reason"] is not None:

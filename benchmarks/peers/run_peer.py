@@ -35,6 +35,8 @@ import time
 import traceback
 from pathlib import Path
 
+import episode_log
+
 T_PROCESS = time.time()  # close to process start: nothing heavy is imported above
 
 TASKS = {
@@ -514,14 +516,7 @@ def run_rllib(task: str, seed: int, max_seconds: float, record: dict) -> None:
     try:
         while True:
             result = algo.train()
-            with open(log) as fh:
-                fh.seek(offset)
-                text = fh.read()
-            complete = text[: text.rfind("\n") + 1]
-            offset += len(complete)
-            for line in complete.splitlines():
-                t, r, length = line.split()
-                episodes.append((float(t), float(r), int(length)))
+            offset = episode_log.read_new(log, offset, episodes)
             er = result.get("env_runners", {})
             iters.append({"t": time.time() - t_built, "episode_return_mean": er.get("episode_return_mean"),
                           "num_env_steps_sampled_lifetime": er.get("num_env_steps_sampled_lifetime",

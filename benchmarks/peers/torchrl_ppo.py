@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import time
 
+import episode_log
+
 CONFIG_MUJOCO = {"frames_per_batch": 2048, "total_frames": 1_000_000, "lr": 3e-4, "eps": 1e-5, "anneal_lr": True,
                  "gamma": 0.99, "mini_batch_size": 64, "ppo_epochs": 10, "gae_lambda": 0.95, "clip_epsilon": 0.2,
                  "anneal_clip_epsilon": False, "critic_coeff": 0.25, "entropy_coeff": 0.0, "loss_critic_type": "l2",
@@ -65,18 +67,7 @@ def run(task: str, env_id: str, seed: int, record: dict, stop) -> None:
     torch.manual_seed(seed)
     episodes = record["episodes"]
 
-    class EpisodeLog(gym.Wrapper):
-        def reset(self, **kwargs):
-            self._ret, self._len = 0.0, 0
-            return self.env.reset(**kwargs)
-
-        def step(self, action):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            self._ret += float(reward)
-            self._len += 1
-            if terminated or truncated:
-                episodes.append((time.time(), self._ret, self._len))
-            return obs, reward, terminated, truncated, info
+    EpisodeLog = episode_log.recording(gym, lambda ret, length: episodes.append((time.time(), ret, length)))
 
     discrete = isinstance(gym.make(env_id).action_space, gym.spaces.Discrete)
 
