@@ -35,7 +35,8 @@ import time
 import traceback
 from pathlib import Path
 
-import episode_log
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is loaded
+import episode_log  # noqa: E402
 
 T_PROCESS = time.time()  # close to process start: nothing heavy is imported above
 

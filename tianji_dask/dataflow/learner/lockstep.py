@@ -13,9 +13,16 @@ class LockstepLoop(Loop):
         super().__init__(**parts)
         self._round_open = False  # a round's chunks are out or being trained on
 
+    def _between_rounds(self) -> bool:
+        """An env-step budget reached halfway through a round ends the run once the round is in:
+        every explorer gives the same number of chunks, each round made by one policy. Any other
+        stop (a failure, a time limit, a stop asked for) ends it at once."""
+        return not self._round_open or self.core.stop_reason() != "max_env_steps"
+
     def _wanted(self) -> int:
         """A whole round at once, when the last one is trained on."""
-        if self._holding() or self._round_open or self.stream.in_flight or self.admission.asked:
+        if (self._holding() or self._round_open or self.stream.in_flight or self.admission.asked
+                or self.core.stop_reason() is not None):
             return 0
         return len(self.stream.streams)
 

@@ -53,7 +53,7 @@ class Loop:
 
     def run(self) -> None:
         self._publish(wait=True)
-        while not self._stop.is_set() and self.core.stop_reason() is None:
+        while not self._stop.is_set() and (self.core.stop_reason() is None or not self._between_rounds()):
             if self._expired():
                 self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
                 break
@@ -61,6 +61,10 @@ class Loop:
         if self.worker_closing:
             self.core.request_stop("worker_closed")
         self.drain()
+
+    def _between_rounds(self) -> bool:
+        """May the stop rules end the loop now? (Lockstep's: not while a round is half in.)"""
+        return True
 
     def _draining(self, now: float) -> bool:
         """Its handoff is near: no more chunks are asked for."""
