@@ -86,6 +86,7 @@ def _row(section: str, system: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
+@pytest.mark.slow  # it renders the whole report twice
 def test_report_writes_its_section_once_and_the_same_every_time(page):
     results, doc, images = page
     proc = _report(results, doc, images)

@@ -242,6 +242,7 @@ def _spaces(env_id):
 
 # ---- learning, the embedded cluster, export, the contract ---------------------------------------
 
+@pytest.mark.slow  # a whole training run to a solve
 def test_ppo_solves_a_multidiscrete_action_task(tmp_path):
     pipeline = {"name": "guess", "env": {"id": GUESS, "num_envs": 8}, "mode": "single", "explorers": 1,
                 "chunk_steps": 32, "algo": {"name": "ppo", "config": {"lr": 0.003, "update_epochs": 4}},
