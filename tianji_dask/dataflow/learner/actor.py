@@ -117,8 +117,10 @@ class Learner:
     def worker_closing(self) -> threading.Event:
         """Its worker is closing under it (its scheduler lost: ``closing.py``): stop now, without a
         word to the scheduler, write a checkpoint and the final books into the run folder. The
-        event is set once they are there (at once, for a learner that has ended)."""
-        if self._final is None:
+        event is set once they are there (at once, for a learner that has ended). A learner
+        handing off (its job preempted: the worker closes on the batch system's SIGTERM, its
+        scheduler alive) goes on with the handoff, whose checkpoint the driver takes up."""
+        if self._final is None and not self._handoff_asked:
             self.loop.worker_closing = True
             self._stop.set()
         return self._ended_event

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from distributed.comm import CommClosedError
+
 from tianji_dask.core.consumption import Consumption
 from tianji_dask.dataflow.messages import Progress
 
@@ -57,7 +59,13 @@ class Loop:
             if self._expired():
                 self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
                 break
-            self.step()
+            try:
+                self.step()
+            except CommClosedError:
+                # the scheduler's connection broke under a request (it is lost): the worker closes
+                # next (closing.py), and this learner ends as on a closing worker, its state kept
+                self.worker_closing = True
+                break
         if self.worker_closing:
             self.core.request_stop("worker_closed")
         self.drain()
