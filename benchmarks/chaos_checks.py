@@ -168,7 +168,8 @@ def results_balance(run_dir: Path, results: dict | None, exempt: str | None = No
         wrong.append(f"consumed {a['consumed']} != credits returned consumed {returned['consumed']}")
     # a learner lost before its next checkpoint takes the chunks it consumed since, and its own record of
     # the chunks it lost, with it: the results say how many (consumed_lost_with_learners)
-    learner_lost = any(r.get("cause") == "lost" for r in results.get("learner_restarts") or [])
+    learner_lost = (results.get("stop_reason") == "learner_lost"  # lost, and no learner worker came back
+                    or any(r.get("cause") == "lost" for r in results.get("learner_restarts") or []))
     with_learners = a.get("consumed_lost_with_learners") or 0
     if results.get("chunks") != a["consumed"] and not (learner_lost and with_learners > 0
                                                        and results.get("chunks") + with_learners == a["consumed"]):

@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -51,3 +52,25 @@ def test_a_lost_scheduler_leaves_results_a_checkpoint_and_one_line_and_resume_go
     again = json.loads((out / "results.json").read_text())
     assert again["error"] is None and again["stop_reason"] == "max_env_steps"
     assert again["final_version"] > results["final_version"] and again["episodes"] > results["episodes"]
+
+
+@pytest.mark.slow  # the scheduler stopped for longer than the driver's 30 s wait on its learner
+def test_a_scheduler_paused_and_resumed_is_waited_for_not_declared_lost(tmp_path):
+    # SIGSTOP keeps the scheduler's connections open but answers nothing (a long pause, a swapped
+    # machine): the driver's questions time out, and it must wait rather than call the scheduler lost
+    out = tmp_path / "run"
+    with external_cluster(tmp_path / "cluster.log") as (address, procs):
+        driver = subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--scheduler", address,
+                                   "--set", "stop.target_return=null", "--set", "stop.max_env_steps=3000000",
+                                   "--set", "checkpoint.every_versions=50", "--out", str(out), "--quiet"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(driver)
+        wait_for("a checkpoint", lambda: any((out / "checkpoints").glob("ckpt-*.pt")), 240, tmp_path / "cluster.log")
+        procs[0].send_signal(signal.SIGSTOP)
+        time.sleep(45)  # the fault's length, not a budget: past the driver's 30 s wait on its learner
+        procs[0].send_signal(signal.SIGCONT)
+        stdout, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 0, stdout + stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["error"] is None and results["stop_reason"] == "max_env_steps", results["error"]
+    assert results["chunk_accounting"]["balanced"], results["chunk_accounting"]

@@ -95,17 +95,25 @@ def worker_actors(worker) -> list:
     return list(worker.state.actors.values())
 
 
-def scheduler_alive(client, timeout: float = 5.0) -> bool:
-    """Does the client's scheduler answer within ``timeout`` seconds? A client whose scheduler
-    died says so in ``status`` ("connecting" while it retries, then "closed"); one that has not
-    noticed yet is asked (the scheduler's ``identity`` handler)."""
+def scheduler_state(client, timeout: float = 5.0) -> str:
+    """"alive": the client's scheduler answers within ``timeout`` seconds; "silent": its connection
+    is open but no answer came (a stopped process, a long pause: it may come back); "gone": the
+    connection broke (a client whose scheduler died says so in ``status``, "connecting" while it
+    retries, then "closed"), or the answer failed otherwise."""
     if client.status != "running":
-        return False
+        return "gone"
     try:
         client.sync(client.scheduler.identity, callback_timeout=timeout)
+    except TimeoutError:
+        return "silent"
     except Exception:  # noqa: BLE001 - whatever the broken connection raises
-        return False
-    return True
+        return "gone"
+    return "alive"
+
+
+def scheduler_alive(client, timeout: float = 5.0) -> bool:
+    """Does the client's scheduler answer within ``timeout`` seconds?"""
+    return scheduler_state(client, timeout) == "alive"
 
 
 def scheduler_address(client) -> str:

@@ -225,6 +225,18 @@ class DaskBackend(Backend):
         figures["cpu"] = accounting.cpu_budget({**results, **figures}, self._cpu0, cpu1)  # reads the overhead's split
         return figures
 
+    def controller_figures(self, results: dict) -> dict | None:
+        """The controller's final books and the accounting they give, for a run whose learners'
+        workers are gone while its scheduler lives; None when the scheduler does not answer."""
+        if not dask_internals.scheduler_alive(self.client):
+            return None
+        try:
+            controller = self._controller_final()
+        except Exception:  # noqa: BLE001 - the scheduler went meanwhile: the learners' own books stay
+            return None
+        return {"controller": controller,
+                "chunk_accounting": accounting.chunk_accounting(controller, learner_chunks=self._chunks_this_run(results))}
+
     def _chunks_this_run(self, results: dict) -> int | None:
         """The chunks this run's learners have in their books (a resumed run's books also hold the
         earlier runs' chunks, which the controller did not see: None then)."""

@@ -17,7 +17,7 @@ from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_pa
 from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.errors import ClusterLost, RunFault
+from tianji_dask.errors import ClusterLost, RunFault, SchedulerLost
 from tianji_dask.run import provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
@@ -362,6 +362,8 @@ class Run:
             out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
             startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())
         results["learner_restarts"] = backend.learners.restarts
+        if not isinstance(lost, SchedulerLost):  # the controller's books are still on its scheduler
+            results.update(backend.controller_figures(results) or {})
         backend.abandon()
         self.results = results
         self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)

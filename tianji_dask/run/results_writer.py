@@ -5,6 +5,7 @@ written atomically into the run folder."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,7 +84,8 @@ def unheard_final(status: dict, rules: StopRules, *, t_run_start: float, t_proce
     from tianji_dask.core.ledger import Ledger
 
     ledger = Ledger(rules, t_run_start=t_run_start, t_process_start=t_process_start)
-    ledger.t_end = t_run_start + float(status.get("elapsed_s") or 0.0)
+    # the run lasted until its driver gave up on the learner, not only as long as it was heard of
+    ledger.t_end = max(t_run_start + float(status.get("elapsed_s") or 0.0), time.time())
     results = summary.results(ledger, int(status.get("version") or 0))
     results.update(env_steps=int(status.get("env_steps") or 0), updates=int(status.get("updates") or 0),
                    final_mean_return=status.get("mean_return"), checkpoint=checkpoint, learner_chunks=None,

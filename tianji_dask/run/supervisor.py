@@ -82,17 +82,23 @@ class LearnerSupervisor:
 
     def _stalled(self, group: int) -> bool:
         """A learner that did not answer while its worker is still on the cluster has stalled (its
-        process stopped, a long pause): True, up to STALL_LIMIT_S in a row; then RunFault."""
-        if not dask_internals.scheduler_alive(self.client):
+        process stopped, a long pause): True, up to STALL_LIMIT_S in a row; then RunFault. So is a
+        scheduler whose connection is open but which does not answer: the run waits for it."""
+        state = dask_internals.scheduler_state(self.client)
+        if state == "gone":
             raise SchedulerLost(dask_internals.scheduler_address(self.client))
-        address = dask_internals.actor_address(self.learners[group])
-        if address is None or address not in self.client.scheduler_info(n_workers=-1).get("workers", {}):
-            return False
+        if state == "silent":
+            what = f"the scheduler at {dask_internals.scheduler_address(self.client)}, whose connection is still open"
+        else:
+            address = dask_internals.actor_address(self.learners[group])
+            if address is None or address not in self.client.scheduler_info(n_workers=-1).get("workers", {}):
+                return False
+            what = f"the learner's worker {address}, which is still on the cluster"
         now = time.time()
         self._stall_since = self._stall_since or now
         if now - self._stall_since > STALL_LIMIT_S:
-            raise RunFault(f"learner: no answer for {now - self._stall_since:.0f} s from its worker {address}, which is "
-                           f"still on the cluster; `tianji-dask resume {self.plan.out}` continues from the newest checkpoint")
+            raise RunFault(f"no answer for {now - self._stall_since:.0f} s from {what}; "
+                           f"`tianji-dask resume {self.plan.out}` continues from the newest checkpoint")
         return True
 
     def _replace(self, group: int, spec, workers: list[str] | None) -> None:
