@@ -197,6 +197,7 @@ class Run:
         """Start (or join) the cluster and the learners; returns at once, the run training."""
         if self._backend is not None:
             raise RuntimeError("start: this run has already started")
+        quiet.quiet_resource_tracker(self.verbose)
         with quiet.kept_quiet(self.verbose):
             self._start()
         moved = quiet.dashboard_moved(self.pipeline.cluster.dashboard_address, self.dashboard_link) if self.cluster else None

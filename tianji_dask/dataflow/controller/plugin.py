@@ -159,12 +159,8 @@ class StalenessController(SchedulerPlugin):
         run = self.runs.get(run_id)
         if rebuilt and run is not None and group in run.groups:
             books = run.groups[group]
+            self._return_unsubmitted(books)
             books.learner_address, books.learner_lost = learner_address, False
-            # credits the dead learner was granted but never submitted: the scheduler has never
-            # seen those keys, so no transition will ever hand them back
-            unsubmitted = [k for k in books.credited if k not in self.scheduler.tasks]
-            books.credited.difference_update(unsubmitted)
-            books.returned_unsubmitted += len(unsubmitted)
             self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "group": group, "worker": learner_address})
             return books.params().to_wire()
         if run is None:  # a new run: the books of runs that ended go now (readable until then)
@@ -177,6 +173,13 @@ class StalenessController(SchedulerPlugin):
             run = self.runs[run_id] = RunBooks()
         run.groups[group] = Books(group, LawSettings.from_wire(law), learner_address, chunk_env_steps)
         return run.groups[group].params().to_wire()
+
+    def _return_unsubmitted(self, books) -> None:
+        """Credits a lost learner was granted but never submitted: the scheduler has never seen
+        those keys, so no transition will ever hand them back."""
+        unsubmitted = [k for k in books.credited if k not in self.scheduler.tasks]
+        books.credited.difference_update(unsubmitted)
+        books.returned_unsubmitted += len(unsubmitted)
 
     def end(self, run_id: str | None = None) -> None:
         """A run has written its results: its books go when the next run begins (books that
@@ -216,6 +219,9 @@ class StalenessController(SchedulerPlugin):
         group's under "groups" when there are several. "runs" lists the runs whose books the
         controller holds."""
         run = self.run(run_id)
+        for lost in run.groups.values():  # a lost learner's books, as a run that ends without it reads them
+            if lost.learner_lost:
+                self._return_unsubmitted(lost)
         books = run.groups[min(run.groups)] if group is None else self.books(run_id, group)
         out = {"run_id": run_id, **books.state(history), "runs": self.run_ids()}
         if group is None and len(run.groups) > 1:
