@@ -60,7 +60,7 @@ def cmd_seeds(args, invocation: Invocation) -> int:
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PipelineError(f"out: {str(out)!r} exists and is not an empty directory; allowed: an empty or new "
                             "directory, which gets seed-S for each seed")
-    t_ready = start_workers_early(overrides(args))
+    t_ready = start_workers_early(overrides(args), args.verbose)
     pipeline, settings = source(args)
     rows, code = [], 0
     for i, seed in enumerate(args.seeds):

@@ -16,7 +16,7 @@ def _fmt(value, spec=".1f", none="-"):
     return none if value is None else format(value, spec)
 
 
-def start_workers_early(settings: dict) -> float:
+def start_workers_early(settings: dict, verbose: bool = False) -> float:
     """Start the process an embedded cluster's workers fork from now, so that it imports torch
     and gymnasium while this one imports them and checks the pipeline (see forkserver.py); a
     pipeline file that names single mode or another cluster leaves it idle. Returns when the CLI
@@ -24,13 +24,15 @@ def start_workers_early(settings: dict) -> float:
     t_ready = time.time()
     if settings.get("mode") != "single" and settings.get("cluster.kind", "local") == "local":
         from tianji_dask.launch import forkserver
+        from tianji_dask.run import quiet
 
+        quiet.quiet_resource_tracker(verbose)  # the forkserver starts the resource tracker
         forkserver.start()
     return t_ready
 
 
 def cmd_train(args, invocation: Invocation) -> int:
-    t_ready = start_workers_early(overrides(args))  # before --env/--algo import gymnasium and torch
+    t_ready = start_workers_early(overrides(args), args.verbose)  # before --env/--algo import gymnasium and torch
     pipeline, settings = source(args)
     run = new_run(pipeline, settings, args, out=args.out, imported_at=t_ready)
     return train_run(run, invocation, args.verbose)
@@ -57,7 +59,7 @@ def cmd_resume(args, invocation: Invocation) -> int:
     if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
         raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
                             "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
-    t_ready = start_workers_early(settings)
+    t_ready = start_workers_early(settings, args.verbose)
     from tianji_dask.run import Run
 
     run = Run.resume(args.run_dir, overrides=settings, imported_at=t_ready, progress=not args.quiet, verbose=args.verbose)
