@@ -18,17 +18,25 @@ from helpers import external_cluster, wait_for
 from tianji_dask.core import checkpoint
 
 
+def _train_on(address: str, procs: list, pipeline: str, out, max_env_steps: int, every_versions: int,
+              log) -> subprocess.Popen:
+    """``tianji-dask train PIPELINE --scheduler ADDRESS`` with no target (ended with the cluster's
+    ``procs``), once it has written a checkpoint."""
+    driver = subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", pipeline, "--scheduler", address,
+                               "--set", "stop.target_return=null", "--set", f"stop.max_env_steps={max_env_steps}",
+                               "--set", f"checkpoint.every_versions={every_versions}", "--out", str(out), "--quiet"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(driver)
+    wait_for("a checkpoint", lambda: any((out / "checkpoints").glob("ckpt-*.pt")), 240, log)
+    return driver
+
+
 @pytest.mark.slow  # two external clusters, a run on each
 def test_a_lost_scheduler_leaves_results_a_checkpoint_and_one_line_and_resume_goes_on(tmp_path):
     out = tmp_path / "run"
     with external_cluster(tmp_path / "first.log") as (address, procs):
-        driver = subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", "cartpole_dqn", "--scheduler", address,
-                                   "--set", "stop.target_return=null", "--set", "stop.max_env_steps=10000000",
-                                   "--set", "checkpoint.every_versions=300", "--out", str(out), "--quiet"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(driver)
         # it has trained (a checkpoint is written) and trains on
-        wait_for("a checkpoint", lambda: any((out / "checkpoints").glob("ckpt-*.pt")), 240, tmp_path / "first.log")
+        driver = _train_on(address, procs, "cartpole_dqn", out, 10_000_000, 300, tmp_path / "first.log")
         procs[0].send_signal(signal.SIGKILL)  # the scheduler
         stdout, stderr = driver.communicate(timeout=180)
     assert driver.returncode == 1, stdout + stderr
@@ -60,12 +68,7 @@ def test_a_scheduler_paused_and_resumed_is_waited_for_not_declared_lost(tmp_path
     # machine): the driver's questions time out, and it must wait rather than call the scheduler lost
     out = tmp_path / "run"
     with external_cluster(tmp_path / "cluster.log") as (address, procs):
-        driver = subprocess.Popen([sys.executable, "-m", "tianji_dask", "train", "cartpole_ppo", "--scheduler", address,
-                                   "--set", "stop.target_return=null", "--set", "stop.max_env_steps=3000000",
-                                   "--set", "checkpoint.every_versions=50", "--out", str(out), "--quiet"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(driver)
-        wait_for("a checkpoint", lambda: any((out / "checkpoints").glob("ckpt-*.pt")), 240, tmp_path / "cluster.log")
+        driver = _train_on(address, procs, "cartpole_ppo", out, 3_000_000, 50, tmp_path / "cluster.log")
         procs[0].send_signal(signal.SIGSTOP)
         time.sleep(45)  # the fault's length, not a budget: past the driver's 30 s wait on its learner
         procs[0].send_signal(signal.SIGCONT)

@@ -84,8 +84,7 @@ def unheard_final(status: dict, rules: StopRules, *, t_run_start: float, t_proce
     from tianji_dask.core.ledger import Ledger
 
     ledger = Ledger(rules, t_run_start=t_run_start, t_process_start=t_process_start)
-    # the run lasted until its driver gave up on the learner, not only as long as it was heard of
-    ledger.t_end = max(t_run_start + float(status.get("elapsed_s") or 0.0), time.time())
+    ledger.t_end = t_run_start + float(status.get("elapsed_s") or 0.0)
     results = summary.results(ledger, int(status.get("version") or 0))
     results.update(env_steps=int(status.get("env_steps") or 0), updates=int(status.get("updates") or 0),
                    final_mean_return=status.get("mean_return"), checkpoint=checkpoint, learner_chunks=None,
@@ -120,6 +119,8 @@ def after_cluster_lost(lost, found: list[dict | None], p: Pipeline, *, run_id: s
     results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop=stop,
                                                  fusion=lambda: None, startup=startup, t_process_start=t_process_start,
                                                  provenance=provenance, env_seed=env_seed)
+    # the run lasted until its driver gave up on its cluster, not only while a learner trained
+    results["wall_s"] = max(results["wall_s"], time.time() - t_run_start)
     wrote = sum(f is not None for f in found)
     results.update(stop_reason=stop, error_file=None, chunk_accounting=learner_chunk_accounting(finals),
                    error=(f"{lost}; {wrote} of {len(found)} learners wrote a checkpoint and their books as they "
