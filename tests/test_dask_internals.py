@@ -3,6 +3,8 @@ upgrade that breaks one of them fails here, by name, before anything else."""
 
 from __future__ import annotations
 
+import inspect
+import logging
 import time
 
 import numpy as np
@@ -226,3 +228,25 @@ def test_the_workers_log_of_erred_tasks_leaves_out_the_keys_it_is_told(client):
     logged = [m for records in client.get_worker_logs().values() for _, m in records if "Compute Failed" in m]
     assert any("tianji-other-quiet1" in m for m in logged), logged
     assert not any("tianji-explore-quiet1" in m for m in logged), logged
+
+
+def test_an_embedded_workers_heartbeat_that_raced_the_close_is_left_out_and_its_other_errors_are_not():
+    import distributed.worker
+
+    # the message the filter knows is the one the installed release logs
+    assert "Failed to communicate with scheduler during heartbeat." in inspect.getsource(distributed.worker.Worker.heartbeat)
+    logger, seen = logging.getLogger("distributed.worker"), []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    quiet = dask_internals.quiet_heartbeat_failures()
+    try:
+        try:
+            raise OSError("Stream is closed")
+        except OSError:
+            logger.exception("Failed to communicate with scheduler during heartbeat.")
+            logger.exception("Unexpected exception during heartbeat. Closing worker.")
+    finally:
+        logger.removeFilter(quiet)
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == ["Unexpected exception during heartbeat. Closing worker."]

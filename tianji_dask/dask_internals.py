@@ -145,6 +145,22 @@ def _not_a_failed_reconnect(record) -> bool:
     return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
 
 
+def quiet_heartbeat_failures() -> logging.Filter:
+    """Not public API: a worker whose heartbeat finds the scheduler's connection closed logs
+    "Failed to communicate with scheduler during heartbeat." on ``distributed.worker`` with a
+    traceback. An embedded cluster's scheduler lives in the driver, so it is gone only as the
+    driver closes the cluster (a worker's heartbeat can race the close) or dies, and the driver
+    says either in a line of its own: its workers leave that record out. Returns the filter."""
+    quiet = _NoFailedHeartbeat()
+    logging.getLogger("distributed.worker").addFilter(quiet)
+    return quiet
+
+
+class _NoFailedHeartbeat(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+
+
 def actor_address(actor) -> str | None:
     """The address of the worker an actor handle points to (None for no handle): Dask has no
     public name for it, and the run needs it to know which worker its learner lives on."""

@@ -7,6 +7,10 @@ written, chunks accounted for) has no learner left to stop. So the workers ignor
 driver catches them, stops the run, writes its results, and closes the cluster, which ends the
 workers (with SIGKILL if one does not close, and at once if the driver dies).
 
+A worker whose heartbeat races the cluster's close (the scheduler, in the driver, gone first)
+leaves distributed's traceback for it out (``dask_internals.quiet_heartbeat_failures``): the
+driver says how the run ended.
+
 A worker that has closed ends its process at once: its Python teardown (a garbage collection over
 torch's objects, then torch's C++ destructors) takes about a second, and the cluster's close
 waits for it.
@@ -21,6 +25,9 @@ import threading
 
 
 def dask_setup(worker) -> None:
+    from tianji_dask import dask_internals
+
+    dask_internals.quiet_heartbeat_failures()
     if threading.current_thread() is threading.main_thread():  # where signal handlers may be set
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -119,13 +119,24 @@ def chunk_accounting(state: dict, learner_chunks: int | None = None) -> dict:
     returned unconsumed (lost, cancelled, never submitted), or still out; ``balanced`` when none
     is out and each consumed chunk was one credited key. ``learner_chunks``: the chunks in the
     learners' books (the results' chunk log); what the controller saw consumed beyond them was
-    consumed by a learner lost before its next checkpoint (``consumed_lost_with_learners``)."""
+    consumed by a learner lost before its next checkpoint (``consumed_lost_with_learners``); what
+    the learners consumed beyond what the controller saw, their bookings cut off with their
+    connection, the controller counted as forgotten: they count as consumed
+    (``consumed_not_heard``)."""
     books = state.get("groups", [state])
     granted = sum(b["credits_granted"] for b in books)
     returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
     consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
+    unheard = 0 if learner_chunks is None else learner_chunks - consumed
+    if not 0 < unheard <= returned.get("forgotten", 0):
+        unheard = 0  # none, or more than the controller returned: left for ``balanced`` to show
+    if unheard:
+        returned["forgotten"] -= unheard
+        returned["consumed"] += unheard
+        consumed += unheard
     out = {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
     if learner_chunks is not None:
         out["consumed_lost_with_learners"] = consumed - learner_chunks
+        out["consumed_not_heard"] = unheard
     return out
