@@ -30,6 +30,16 @@ def write_report(out: str, script: str, argv, args, rows: list[dict], title: str
     path.with_suffix(".md").write_text(f"# {title}\n\nMade by `{cmd}` on {os.cpu_count()} cores; {about}.\n\n{text}\n")
 
 
+def publish(text: str, out: str | None, script: str, argv, args, runs: list[dict], title: str, about: str) -> None:
+    """Print the table ``text``; with ``out``, stamp every run with the commit it was measured at
+    and write OUT.json and OUT.md (``write_report``)."""
+    print("\n" + text)
+    if out:
+        for run in runs:
+            run["commit"] = commit()
+        write_report(out, script, argv, args, runs, title, about, text)
+
+
 def _git(*args: str) -> str | None:
     try:
         proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)

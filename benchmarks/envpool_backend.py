@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import commit, write_report  # noqa: E402 - a sibling script
+from _report import publish  # noqa: E402 - a sibling script
 
 from tianji_dask.acting import Acting  # noqa: E402
 from tianji_dask.envs.rollout import Rollout  # noqa: E402
@@ -118,14 +118,9 @@ def main(argv=None) -> int:
                 run = measure(env, backend, args, seed=r)
                 runs.append(run)
                 print(f"repeat {r} {env} {backend}: {run['steps_per_s']:,.0f} env steps/s", flush=True)
-    text = table(runs, args.envs)
-    print("\n" + text)
-    if args.out:
-        for run in runs:
-            run["commit"] = commit()
-        write_report(args.out, "envpool_backend.py", argv, args, runs, "Explorer env steps/s by env backend",
-                     f"medians over {args.repeats} alternated repeats of {args.chunks} chunks of {args.chunk_steps} steps "
-                     f"x {args.num_envs} envs, a fixed random policy", text)
+    publish(table(runs, args.envs), args.out, "envpool_backend.py", argv, args, runs, "Explorer env steps/s by env backend",
+            f"medians over {args.repeats} alternated repeats of {args.chunks} chunks of {args.chunk_steps} steps "
+            f"x {args.num_envs} envs, a fixed random policy")
     return 0
 
 
