@@ -32,6 +32,7 @@ from pathlib import Path
 import netns
 
 SCHEDULER_PORT = netns.PORT
+FIND_S = 15.0  # how long a process of a role is looked for before the fault says there is none
 
 
 class Undo:
@@ -275,7 +276,11 @@ class Embedded:
         ``pick`` chooses among several (a function of the sorted list)."""
         if role == "driver":
             return {"role": "driver", "name": "driver", "pid": self.driver.pid}
-        found = [w for w in self.workers() if w["role"] == role]
+        # the scheduler's answer and the processes' listening ports are read at one moment: a busy
+        # machine can leave one behind the other, so look again for a while before giving up
+        deadline = time.time() + FIND_S
+        while not (found := [w for w in self.workers() if w["role"] == role]) and time.time() < deadline:
+            time.sleep(0.5)
         if not found:
             return None
         return pick(found) if pick else found[0]

@@ -250,3 +250,24 @@ def test_an_embedded_workers_heartbeat_that_raced_the_close_is_left_out_and_its_
         logger.removeFilter(quiet)
         logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["Unexpected exception during heartbeat. Closing worker."]
+
+
+def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_loop():
+    import distributed.utils
+
+    # the installed release's sync() still cancels through a name bound only once the call began
+    assert "def cancel() -> None:\n        if future is not None:" in inspect.getsource(distributed.utils.sync)
+    logger, seen = logging.getLogger("tornado.application"), []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    dask_internals.quiet_reconnects()
+    try:
+        for error in (NameError("cannot access free variable 'future'"), ValueError("a callback of the run's own")):
+            try:
+                raise error
+            except Exception:
+                logger.exception("Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f18>)")
+    finally:
+        logger.removeHandler(handler)
+    assert [type(r.exc_info[1]).__name__ for r in seen] == ["ValueError"]

@@ -123,17 +123,27 @@ def scheduler_address(client) -> str:
 
 def quiet_reconnects() -> None:
     """Drop distributed's lines about a client that failed to reconnect to its lost scheduler (a
-    traceback when the attempt is cancelled as the process ends): a run says that in its own line.
+    traceback when the attempt is cancelled as the process ends), and the traceback of a call
+    Ctrl-C interrupted before it began: a run says either in its own line.
     Installed once a run has a cluster (the client may notice the loss before the run does)."""
     import logging
 
     logging.getLogger("distributed.client").addFilter(_not_a_failed_reconnect)
+    logging.getLogger("tornado.application").addFilter(_not_an_interrupted_sync)
 
 
 def drop_client(client) -> None:
     """Let go of a client whose scheduler is gone: it gives up reconnecting after its connect
     timeout, or is cancelled as the process ends, without a line on the terminal."""
     quiet_reconnects()
+
+
+def _not_an_interrupted_sync(record) -> bool:
+    """Not the traceback of distributed's ``sync`` cancelling a call that Ctrl-C interrupted before
+    the call began (its ``cancel`` reads a name not yet bound: a NameError the loop logs); the run
+    stops cleanly and says so."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(error, NameError) and "sync.<locals>.cancel" in record.getMessage())
 
 
 def _not_a_failed_reconnect(record) -> bool:
