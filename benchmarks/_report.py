@@ -20,6 +20,11 @@ def median_of(values):
     return statistics.median(values) if values else None
 
 
+def fmt(value, spec: str = ".2f", none: str = "–") -> str:
+    """``value`` formatted by ``spec``; ``none`` for a figure not measured."""
+    return none if value is None else format(value, spec)
+
+
 def write_report(out: str, script: str, argv, args, rows: list[dict], title: str, about: str, text: str) -> None:
     """OUT.json: the arguments, the core count and every run; OUT.md: the command that made it,
     ``about`` (what the medians are over) and the table ``text``."""

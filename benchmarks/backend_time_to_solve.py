@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import median_of, publish
+from _report import fmt, median_of, publish
 from time_to_solve import pipeline_copy, run_once
 
 BACKENDS = ("gymnasium", "envpool")
@@ -29,10 +29,6 @@ KEPT = ("solved", "time_to_solve_s", "time_to_solve_from_process_start_s", "env_
 def _range(values) -> str:
     values = [v for v in values if v is not None]
     return f"{min(values):.1f}–{max(values):.1f}" if values else "–"
-
-
-def _fmt(value, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
 
 
 def table(runs: list[dict], pipelines: list[str]) -> str:
@@ -48,10 +44,10 @@ def table(runs: list[dict], pipelines: list[str]) -> str:
             rs = list(mine[b].values())
             tts = [r["time_to_solve_s"] for r in rs]
             lines.append(
-                f"| {pipeline} | {b} | {sum(r['solved'] for r in rs)}/{len(rs)} | {_fmt(median_of(tts), 2)} | {_range(tts)} | "
-                f"{_fmt(median_of(r['time_to_solve_from_process_start_s'] for r in rs), 2)} | "
-                f"{_fmt(median_of(r['env_steps_per_s'] for r in rs), 0)} | "
-                f"{_fmt(ratio, 2) + f' ({len(both)} seeds both solved)' if b == 'envpool' else ''} |")
+                f"| {pipeline} | {b} | {sum(r['solved'] for r in rs)}/{len(rs)} | {fmt(median_of(tts), ',.2f')} | {_range(tts)} | "
+                f"{fmt(median_of(r['time_to_solve_from_process_start_s'] for r in rs), ',.2f')} | "
+                f"{fmt(median_of(r['env_steps_per_s'] for r in rs), ',.0f')} | "
+                f"{fmt(ratio, ',.2f') + f' ({len(both)} seeds both solved)' if b == 'envpool' else ''} |")
     return "\n".join(lines)
 
 

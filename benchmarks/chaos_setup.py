@@ -32,7 +32,6 @@ from pathlib import Path
 import netns
 
 SCHEDULER_PORT = netns.PORT
-FIND_S = 15.0  # how long a process of a role is looked for before the fault says there is none
 
 
 class Undo:
@@ -199,7 +198,7 @@ def tmpfs(path: Path, size: str, undo: Undo) -> None:
 
 
 # ---- processes as roles ---------------------------------------------------------------------------
-def _identity(address: str, timeout: float = 10) -> dict:
+async def _ask_identity(address: str, timeout: float) -> dict:
     from distributed.comm import connect
 
     async def ask():
@@ -210,7 +209,31 @@ def _identity(address: str, timeout: float = 10) -> dict:
         finally:
             comm.abort()
 
-    return asyncio.run(asyncio.wait_for(ask(), timeout))
+    return await asyncio.wait_for(ask(), timeout)
+
+
+def _identity(address: str, timeout: float = 10) -> dict:
+    return asyncio.run(_ask_identity(address, timeout))
+
+
+def _scheduler_among(ports: list[int], timeout: float = 5) -> str | None:
+    """The address of the Dask scheduler listening on one of ``ports`` (127.0.0.1), or None: every
+    port asked at once (the driver's others, its dashboard's HTTP, answer nothing until the
+    timeout), the first scheduler to answer taken."""
+    async def scheduler(port: int) -> str | None:
+        address = f"tcp://127.0.0.1:{port}"
+        with contextlib.suppress(Exception):
+            if (await _ask_identity(address, timeout)).get("type") == "Scheduler":
+                return address
+        return None
+
+    async def first() -> str | None:
+        for answer in asyncio.as_completed([scheduler(port) for port in ports]):
+            if address := await answer:
+                return address
+        return None
+
+    return asyncio.run(first())
 
 
 def _listening(pid: int) -> list[int]:
@@ -243,11 +266,7 @@ class Embedded:
 
     def _scheduler(self) -> str | None:
         if self.scheduler_address is None:
-            for port in _listening(self.driver.pid):
-                with contextlib.suppress(Exception):
-                    if _identity(f"tcp://127.0.0.1:{port}", timeout=5).get("type") == "Scheduler":
-                        self.scheduler_address = f"tcp://127.0.0.1:{port}"
-                        break
+            self.scheduler_address = _scheduler_among(_listening(self.driver.pid))
         return self.scheduler_address
 
     def workers(self) -> list[dict]:
@@ -276,11 +295,7 @@ class Embedded:
         ``pick`` chooses among several (a function of the sorted list)."""
         if role == "driver":
             return {"role": "driver", "name": "driver", "pid": self.driver.pid}
-        # the scheduler's answer and the processes' listening ports are read at one moment: a busy
-        # machine can leave one behind the other, so look again for a while before giving up
-        deadline = time.time() + FIND_S
-        while not (found := [w for w in self.workers() if w["role"] == role]) and time.time() < deadline:
-            time.sleep(0.5)
+        found = [w for w in self.workers() if w["role"] == role]
         if not found:
             return None
         return pick(found) if pick else found[0]

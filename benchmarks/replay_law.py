@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import write_report
+from _report import fmt, write_report
 
 
 def one_run(client, pipeline: str, target: float, seed: int, seconds: float, tmp: Path) -> dict:
@@ -93,13 +93,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _fmt(x, spec: str = ".2f") -> str:
-    return "–" if x is None else format(x, spec)
-
-
 def _line(r: dict) -> str:
-    return (f"| {r['target']:g} | {r['seed']} | {_fmt(r['peak_over_target'])} | {_fmt(r['first_within_s'], '.1f')} | "
-            f"{_fmt(r['second_half_over_target'])} | {r['verdict']} |")
+    return (f"| {r['target']:g} | {r['seed']} | {fmt(r['peak_over_target'])} | {fmt(r['first_within_s'], '.1f')} | "
+            f"{fmt(r['second_half_over_target'])} | {r['verdict']} |")
 
 
 if __name__ == "__main__":

@@ -43,10 +43,10 @@ def test_a_seed_draws_the_same_fault_every_time(monkeypatch):
     assert len({faults.plan("learner-stop", "embedded", seed, (10, 300)).at_version for seed in range(8)}) > 1
 
 
-@pytest.mark.slow  # a run of 300,000 env steps, its fault, its checks and a resume: about two minutes
+@pytest.mark.slow  # a run of 500,000 env steps, its fault, its checks and a resume: about two minutes
 def test_an_explorer_worker_killed_on_the_embedded_cluster_holds_every_invariant(monkeypatch):
     faults, chaos_run = _harness(monkeypatch)
-    settings = chaos_run.Settings(env_steps=300_000, budget_s=600, at_versions=(20, 60), resume_steps=50_000)
+    settings = chaos_run.Settings(env_steps=500_000, budget_s=600, at_versions=(20, 60), resume_steps=50_000)
     rec = chaos_run.run_one(faults.plan("explorer-kill", "embedded", 0, settings.at_versions), settings)
     said = "\n".join(f"{k}: {v['ok']}: {v['evidence']}" for k, v in rec.get("invariants", {}).items())
     assert rec.get("not_injected") is None, rec.get("not_injected")

@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -84,7 +85,7 @@ def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
 def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
     tianji_client = own_client
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "lost", overrides={
-        "stop.target_return": None, "stop.max_seconds": 25, "checkpoint.every_versions": 200,
+        "stop.target_return": None, "stop.max_seconds": 300, "checkpoint.every_versions": 200,
     })
     run.start()
     deadline = time.time() + 60
@@ -97,15 +98,31 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
         tianji_client.run(os._exit, 1, workers=[learner])
     except Exception:  # noqa: BLE001 - the call itself dies with the worker
         pass
-    results = run.wait(timeout=120)
+    seen_rebuilt = []
+
+    def stop_once_the_rebuilt_learner_trains(status):
+        # a run stopped on its clock could end before the rebuilt learner's first update on a busy
+        # machine: stop it once a status taken after the rebuild shows a version past its checkpoint
+        restarts = run.backend.learners.restarts
+        if not restarts:
+            return
+        if seen_rebuilt and status.get("version", 0) > _version_of(restarts[0]["checkpoint"]):
+            run.stop()
+        seen_rebuilt.append(True)
+
+    results = run.wait(timeout=300, on_status=stop_once_the_rebuilt_learner_trains)
     assert len(results["learner_restarts"]) == 1, results["learner_restarts"]
-    restored_from = results["learner_restarts"][0]["checkpoint"]
-    v_ckpt = int(restored_from.rsplit("-", 1)[1].split(".")[0])
+    v_ckpt = _version_of(results["learner_restarts"][0]["checkpoint"])
     assert version_at_loss - 200 <= v_ckpt  # versions lost <= the checkpoint interval
     assert results["final_version"] > v_ckpt and results["error"] is None
     ctrl = results["controller"]
     assert ctrl["chunks_in_flight"] == 0
     assert ctrl["credits_granted"] == sum(ctrl["credits_returned"].values()), ctrl["credits_returned"]
+
+
+def _version_of(checkpoint_path: str | None) -> int:
+    """The version a checkpoint's file name carries (``ckpt-000000600.pt``); 0 for none."""
+    return 0 if checkpoint_path is None else int(checkpoint.NAME.match(Path(checkpoint_path).name).group(1))
 
 
 def _explorers(client) -> list[str]:

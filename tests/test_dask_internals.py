@@ -261,7 +261,7 @@ def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_
     handler = logging.Handler(logging.ERROR)
     handler.emit = seen.append
     logger.addHandler(handler)
-    dask_internals.quiet_reconnects()
+    quiet = dask_internals.quiet_interrupted_calls()
     try:
         for error in (NameError("cannot access free variable 'future'"), ValueError("a callback of the run's own")):
             try:
@@ -269,5 +269,6 @@ def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_
             except Exception:
                 logger.exception("Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f18>)")
     finally:
+        logger.removeFilter(quiet)
         logger.removeHandler(handler)
     assert [type(r.exc_info[1]).__name__ for r in seen] == ["ValueError"]

@@ -123,13 +123,18 @@ def scheduler_address(client) -> str:
 
 def quiet_reconnects() -> None:
     """Drop distributed's lines about a client that failed to reconnect to its lost scheduler (a
-    traceback when the attempt is cancelled as the process ends), and the traceback of a call
-    Ctrl-C interrupted before it began: a run says either in its own line.
+    traceback when the attempt is cancelled as the process ends): a run says that in its own line.
     Installed once a run has a cluster (the client may notice the loss before the run does)."""
-    import logging
-
     logging.getLogger("distributed.client").addFilter(_not_a_failed_reconnect)
+
+
+def quiet_interrupted_calls():
+    """Not public API: Ctrl-C that lands before a call through distributed's ``sync`` began makes
+    its ``cancel`` read a name not yet bound, and the event loop logs that NameError's traceback on
+    ``tornado.application``. The run stops cleanly and says so: the driver leaves that record out.
+    Installed once a run has a cluster; returns the filter."""
     logging.getLogger("tornado.application").addFilter(_not_an_interrupted_sync)
+    return _not_an_interrupted_sync
 
 
 def drop_client(client) -> None:
@@ -139,9 +144,6 @@ def drop_client(client) -> None:
 
 
 def _not_an_interrupted_sync(record) -> bool:
-    """Not the traceback of distributed's ``sync`` cancelling a call that Ctrl-C interrupted before
-    the call began (its ``cancel`` reads a name not yet bound: a NameError the loop logs); the run
-    stops cleanly and says so."""
     error = record.exc_info[1] if record.exc_info else None
     return not (isinstance(error, NameError) and "sync.<locals>.cancel" in record.getMessage())
 
@@ -155,20 +157,18 @@ def _not_a_failed_reconnect(record) -> bool:
     return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
 
 
-def quiet_heartbeat_failures() -> logging.Filter:
+def quiet_heartbeat_failures():
     """Not public API: a worker whose heartbeat finds the scheduler's connection closed logs
     "Failed to communicate with scheduler during heartbeat." on ``distributed.worker`` with a
     traceback. An embedded cluster's scheduler lives in the driver, so it is gone only as the
     driver closes the cluster (a worker's heartbeat can race the close) or dies, and the driver
     says either in a line of its own: its workers leave that record out. Returns the filter."""
-    quiet = _NoFailedHeartbeat()
-    logging.getLogger("distributed.worker").addFilter(quiet)
-    return quiet
+    logging.getLogger("distributed.worker").addFilter(_not_a_failed_heartbeat)
+    return _not_a_failed_heartbeat
 
 
-class _NoFailedHeartbeat(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+def _not_a_failed_heartbeat(record) -> bool:
+    return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
 
 
 def actor_address(actor) -> str | None:

@@ -128,12 +128,12 @@ def chunk_accounting(state: dict, learner_chunks: int | None = None) -> dict:
     returned = {k: sum(b["credits_returned"][k] for b in books) for k in books[0]["credits_returned"]}
     consumed, in_flight = sum(b["chunks_consumed"] for b in books), sum(b["chunks_in_flight"] for b in books)
     unheard = 0 if learner_chunks is None else learner_chunks - consumed
-    if not 0 < unheard <= returned.get("forgotten", 0):
-        unheard = 0  # none, or more than the controller returned: left for ``balanced`` to show
-    if unheard:
+    if 0 < unheard <= returned.get("forgotten", 0):
         returned["forgotten"] -= unheard
         returned["consumed"] += unheard
         consumed += unheard
+    else:
+        unheard = 0  # none, or more than the controller returned: left for ``balanced`` to show
     out = {"granted": granted, "consumed": consumed, "returned": returned, "in_flight": in_flight,
            "balanced": in_flight == 0 and granted == sum(returned.values()) and consumed == returned["consumed"]}
     if learner_chunks is not None:

@@ -48,6 +48,7 @@ class DaskBackend(Backend):
         from tianji_dask.launch.cluster import check_roles, default_explorer_workers, open_cluster, stop_active_memory_manager
 
         plan, p = self.plan, self.plan.pipeline
+        dask_internals.quiet_interrupted_calls()  # Ctrl-C may land in the cluster's start already
         streams = range(p.explorers * p.groups)
         explorer_workers = p.cluster.explorer_workers or default_explorer_workers(len(streams))
         timeout = 60
