@@ -27,10 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -149,6 +151,19 @@ def tested_commit() -> dict:
     return {"sha": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
+def portable(text: str) -> str:
+    """A run file's text with this machine's folders named, not spelled out, so it can be committed
+    and read elsewhere: each run's scratch folder is $SCRATCH, the checkout ".", Python's own
+    install $PYTHON, the home folder ~."""
+    from chaos_setup import package_root
+
+    text = re.sub(re.escape(tempfile.gettempdir()) + r"/tianji-chaos-[A-Za-z0-9_]+", "$SCRATCH", text)
+    for where, name in ((package_root(), "."), (sys.base_prefix, "$PYTHON"), (str(Path.home()), "~")):
+        if where and where != "/":
+            text = re.sub(re.escape(where) + r"(?=[/\s\"'`]|$)", name, text)
+    return text
+
+
 def _on_signal(signum, frame):  # the runs' finally blocks undo what they made
     raise SystemExit(128 + signum)
 
@@ -172,7 +187,8 @@ def run(args, pairs: list[tuple[str, str]]) -> int:
             rec["command"] = "python benchmarks/chaos.py " + " ".join(
                 [f"--fault {name}", f"--setup {setup}", f"--seed {seed}"]
                 + [a for a in _passed_on(args)])
-            write_atomically(run_file(out, name, setup, seed), json.dumps(rec, indent=2, default=str))
+            text = json.dumps(rec, indent=2, default=str)
+            write_atomically(run_file(out, name, setup, seed), text if args.keep else portable(text))
             said = "held every invariant" if rec["held"] else (
                 "not injected" if rec["held"] is None else "FAILED " + ", ".join(rec["failed"]))
             print(f"chaos: {name} seed {seed} ({setup}): {said}; {run_file(out, name, setup, seed)}", flush=True)

@@ -43,6 +43,22 @@ def test_a_seed_draws_the_same_fault_every_time(monkeypatch):
     assert len({faults.plan("learner-stop", "embedded", seed, (10, 300)).at_version for seed in range(8)}) > 1
 
 
+def test_a_run_file_names_this_machine_s_folders_instead_of_spelling_them_out(monkeypatch):
+    import json
+    import tempfile
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    chaos = importlib.import_module("chaos")
+    scratch = f"{tempfile.gettempdir()}/tianji-chaos-ab_12x"
+    rec = {"last": f"tianji-dask: resume {scratch}/run` exit 1",
+           "tb": f'File "{ROOT}/tianji_dask/cli.py", line 3; File "{sys.base_prefix}/lib/x.py"',
+           "other": f"{ROOT}-sibling/x"}
+    made = json.loads(chaos.portable(json.dumps(rec)))
+    assert made["last"] == "tianji-dask: resume $SCRATCH/run` exit 1"
+    assert made["tb"] == 'File "./tianji_dask/cli.py", line 3; File "$PYTHON/lib/x.py"'
+    assert made["other"].endswith("-sibling/x") and not made["other"].startswith(".")  # another folder
+
+
 @pytest.mark.slow  # a run of 500,000 env steps, its fault, its checks and a resume: about two minutes
 def test_an_explorer_worker_killed_on_the_embedded_cluster_holds_every_invariant(monkeypatch):
     faults, chaos_run = _harness(monkeypatch)
