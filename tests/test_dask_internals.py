@@ -3,6 +3,7 @@ upgrade that breaks one of them fails here, by name, before anything else."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -230,25 +231,33 @@ def test_the_workers_log_of_erred_tasks_leaves_out_the_keys_it_is_told(client):
     assert not any("tianji-explore-quiet1" in m for m in logged), logged
 
 
+@contextlib.contextmanager
+def _errors_logged(name: str, install_filter):
+    """The ERROR records logger ``name`` lets through while the filter ``install_filter()`` installs
+    on it is in place; the filter and the collecting handler are gone afterwards."""
+    logger, seen = logging.getLogger(name), []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    quiet = install_filter()
+    try:
+        yield logger, seen
+    finally:
+        logger.removeFilter(quiet)
+        logger.removeHandler(handler)
+
+
 def test_an_embedded_workers_heartbeat_that_raced_the_close_is_left_out_and_its_other_errors_are_not():
     import distributed.worker
 
     # the message the filter knows is the one the installed release logs
     assert "Failed to communicate with scheduler during heartbeat." in inspect.getsource(distributed.worker.Worker.heartbeat)
-    logger, seen = logging.getLogger("distributed.worker"), []
-    handler = logging.Handler(logging.ERROR)
-    handler.emit = seen.append
-    logger.addHandler(handler)
-    quiet = dask_internals.quiet_heartbeat_failures()
-    try:
+    with _errors_logged("distributed.worker", dask_internals.quiet_heartbeat_failures) as (logger, seen):
         try:
             raise OSError("Stream is closed")
         except OSError:
             logger.exception("Failed to communicate with scheduler during heartbeat.")
             logger.exception("Unexpected exception during heartbeat. Closing worker.")
-    finally:
-        logger.removeFilter(quiet)
-        logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["Unexpected exception during heartbeat. Closing worker."]
 
 
@@ -257,18 +266,10 @@ def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_
 
     # the installed release's sync() still cancels through a name bound only once the call began
     assert "def cancel() -> None:\n        if future is not None:" in inspect.getsource(distributed.utils.sync)
-    logger, seen = logging.getLogger("tornado.application"), []
-    handler = logging.Handler(logging.ERROR)
-    handler.emit = seen.append
-    logger.addHandler(handler)
-    quiet = dask_internals.quiet_interrupted_calls()
-    try:
+    with _errors_logged("tornado.application", dask_internals.quiet_interrupted_calls) as (logger, seen):
         for error in (NameError("cannot access free variable 'future'"), ValueError("a callback of the run's own")):
             try:
                 raise error
             except Exception:
                 logger.exception("Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f18>)")
-    finally:
-        logger.removeFilter(quiet)
-        logger.removeHandler(handler)
     assert [type(r.exc_info[1]).__name__ for r in seen] == ["ValueError"]
