@@ -98,17 +98,18 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
         tianji_client.run(os._exit, 1, workers=[learner])
     except Exception:  # noqa: BLE001 - the call itself dies with the worker
         pass
-    seen_rebuilt = []
+    rebuilt_seen = False
 
     def stop_once_the_rebuilt_learner_trains(status):
         # a run stopped on its clock could end before the rebuilt learner's first update on a busy
         # machine: stop it once a status taken after the rebuild shows a version past its checkpoint
+        nonlocal rebuilt_seen
         restarts = run.backend.learners.restarts
         if not restarts:
             return
-        if seen_rebuilt and status.get("version", 0) > _version_of(restarts[0]["checkpoint"]):
+        if rebuilt_seen and status.get("version", 0) > _version_of(restarts[0]["checkpoint"]):
             run.stop()
-        seen_rebuilt.append(True)
+        rebuilt_seen = True
 
     results = run.wait(timeout=300, on_status=stop_once_the_rebuilt_learner_trains)
     assert len(results["learner_restarts"]) == 1, results["learner_restarts"]

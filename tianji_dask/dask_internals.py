@@ -132,7 +132,8 @@ def quiet_interrupted_calls():
     """Not public API: Ctrl-C that lands before a call through distributed's ``sync`` began makes
     its ``cancel`` read a name not yet bound, and the event loop logs that NameError's traceback on
     ``tornado.application``. The run stops cleanly and says so: the driver leaves that record out.
-    Installed once a run has a cluster; returns the filter."""
+    Installed as a run starts, before its cluster (Ctrl-C may land there already); returns the
+    filter."""
     logging.getLogger("tornado.application").addFilter(_not_an_interrupted_sync)
     return _not_an_interrupted_sync
 
