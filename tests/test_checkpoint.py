@@ -1,5 +1,6 @@
 """Checkpoints and resume: a resumed run continues its learning curve; damage is one clear line."""
 
+import contextlib
 import json
 import os
 import time
@@ -81,8 +82,19 @@ def test_resumed_run_continues_where_it_stopped(mode, tianji_client, tmp_path):
     assert results["env_steps"] >= budget and results["updates"] == second["updates"]
 
 
+def _exit_process(dask_worker):
+    os._exit(1)  # the worker process dies at once; its nanny starts a new one
+
+
+def _close_worker(dask_worker):
+    # what a nanny's SIGTERM does to its worker, the nanny staying: the worker closes (its learner
+    # checkpoints and ends first, closing.py) and its nanny starts a new one
+    dask_worker.loop.add_callback(dask_worker.close, nanny=False, reason="test: closed under its learner")
+
+
 @pytest.mark.slow
-def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
+@pytest.mark.parametrize("lose", [_exit_process, _close_worker], ids=["killed", "closed"])
+def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path, lose):
     tianji_client = own_client
     run = Run("cartpole_dqn", tianji_client, out=tmp_path / "lost", overrides={
         "stop.target_return": None, "stop.max_seconds": 300, "checkpoint.every_versions": 200,
@@ -94,10 +106,8 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path):
     learner = next(a for a, w in tianji_client.scheduler_info(n_workers=-1)["workers"].items()
                    if w["resources"].get("LEARNER"))
     version_at_loss = run.status()["version"]
-    try:  # the worker process dies (its nanny starts a new one)
-        tianji_client.run(os._exit, 1, workers=[learner])
-    except Exception:  # noqa: BLE001 - the call itself dies with the worker
-        pass
+    with contextlib.suppress(Exception):  # the call itself may die with the worker
+        tianji_client.run(lose, workers=[learner])
     rebuilt_seen = False
 
     def stop_once_the_rebuilt_learner_trains(status):

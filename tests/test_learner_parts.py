@@ -107,6 +107,34 @@ def test_cancelling_at_stop_names_every_task_still_out(cluster):
     assert sorted(out) == sorted(chosen) and stream.in_flight == 0
 
 
+def test_a_read_that_raises_leaves_its_whole_batch_in_flight(cluster, monkeypatch):
+    # the scheduler lost while a batch of arrivals is read: none may leave the books; the
+    # learner's drain counts what is still in flight as lost
+    _, client = cluster
+    _pool(client, "s3b")
+    stream = _stream(client, "s3b")
+    chosen = stream.choose(2)
+    stream.submit(chosen, 0, MAKE_PPO().get_weights(), {}, version=0)
+    deadline = time.time() + 60
+    while stream._ac.queue.qsize() < 2:  # both finished and fetched, not yet read
+        assert time.time() < deadline, "the two tasks did not finish"
+        time.sleep(0.05)
+    read = stream._arrival
+    calls = []
+
+    def second_raises(future, result):
+        calls.append(future.key)
+        if len(calls) == 2:
+            raise OSError("the scheduler went")
+        return read(future, result)
+
+    monkeypatch.setattr(stream, "_arrival", second_raises)
+    with pytest.raises(OSError):
+        stream.arrivals()
+    assert len(calls) == 2 and stream.in_flight == 2
+    assert sorted(stream.forget_all()) == sorted(chosen) and stream.in_flight == 0
+
+
 def test_a_direct_chunk_arrives_whole_through_the_sink(cluster):
     _, client = cluster
     _pool(client, "s4")

@@ -11,7 +11,7 @@ from tianji_dask.dataflow.learner.closing import LearnerCloseGuard, guard_name
 from tianji_dask.dataflow.learner.final_books import read_final
 from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask import dask_internals
-from tianji_dask.errors import PipelineError
+from tianji_dask.errors import LearnerWorkersGone, PipelineError, SchedulerLost
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
 from tianji_dask.run import accounting, preflight, specs
 from tianji_dask.run.backend import Backend, RunPlan
@@ -197,7 +197,15 @@ class DaskBackend(Backend):
 
     # ---- the end ------------------------------------------------------------------------------
     def finals(self) -> list[dict]:
-        return [learner.final().result(timeout=60) for learner in self.learners.learners]
+        """Each learner's results once all have ended; ClusterLost when one's worker went before
+        they were fetched (the driver then reads the books the learners wrote as they closed)."""
+        try:
+            return [learner.final().result(timeout=60) for learner in self.learners.learners]
+        except Exception as err:  # noqa: BLE001 - the learner's worker went between its last report and this call
+            if not dask_internals.scheduler_alive(self.client):
+                raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
+            raise LearnerWorkersGone(f"learner: its worker went as the run ended, before its results were fetched "
+                                     f"({type(err).__name__}: {err})") from None
 
     def fusion(self) -> dict | None:
         if self._reducer is None:

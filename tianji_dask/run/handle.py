@@ -317,7 +317,10 @@ class Run:
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
-                self._finals = backend.finals()
+                try:
+                    self._finals = backend.finals()
+                except ClusterLost as lost:
+                    return lost
                 return None
             if not stopped and self.pipeline.groups > 1:
                 self._group_stop = self._group_stop or groups_stop_reason(status, [r.status for r in reports], self._rules)

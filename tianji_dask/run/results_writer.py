@@ -99,8 +99,8 @@ def learner_chunk_accounting(finals: list[dict]) -> dict:
     source = "the learners' own books (the controller's went with the scheduler)"
     if any(b is None for b in books):
         return {"balanced": None, "source": source, "why": "a learner wrote no books: its worker was killed with it"}
-    submitted, consumed, lost = (sum(b[k] for b in books) for k in ("submitted", "consumed", "lost"))
-    return {"granted": submitted, "consumed": consumed, "returned": {"lost": lost}, "in_flight": 0,
+    submitted, consumed, lost, out = (sum(b.get(k, 0) for b in books) for k in ("submitted", "consumed", "lost", "in_flight"))
+    return {"granted": submitted, "consumed": consumed, "returned": {"lost": lost}, "in_flight": out,
             "balanced": all(b["balanced"] for b in books), "source": source}
 
 

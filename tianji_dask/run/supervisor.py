@@ -122,6 +122,10 @@ class LearnerSupervisor:
             self.rebuild(err, group)
             return None
         self._stall_since = None
+        for group, report in enumerate(reports):
+            if report.done and report.worker_closed:  # ended as its worker closed under it: lost, not finished
+                self.rebuild(RuntimeError("its worker closed under it"), group)
+                return None
         now = time.time()
         for group, report in enumerate(reports):
             self._note_first_update(group, report)
@@ -187,6 +191,13 @@ class LearnerSupervisor:
                                f"`tianji-dask resume {self.plan.out}` continues from the newest checkpoint")
             time.sleep(0.2)
 
+    def _wait_left(self, address: str | None) -> None:
+        """Wait (up to ``REBUILD_WAIT_S``) until the lost learner's worker has left the scheduler: a
+        worker closing under its learner still offers the LEARNER resource until it is gone."""
+        deadline = time.time() + REBUILD_WAIT_S
+        while address in self.client.scheduler_info(n_workers=-1)["workers"] and time.time() < deadline:
+            time.sleep(0.2)
+
     def _worker_name(self, address: str) -> str | None:
         worker = self.client.scheduler_info(n_workers=-1)["workers"].get(address)
         return None if worker is None else str(worker.get("name"))
@@ -225,6 +236,7 @@ class LearnerSupervisor:
             workers = [self._worker_named(name)]
             old, self.names[group] = self.names[group], name
             self.opened.retire_learner(old)
+        self._wait_left(dask_internals.actor_address(self.learners[group]))
         try:
             check_roles(self.client, timeout=REBUILD_WAIT_S)  # a LEARNER worker again (a nanny restarts a dead one)
         except RuntimeError:

@@ -137,7 +137,8 @@ class Learner:
     # ---- background thread --------------------------------------------------------------
     def _set_status(self, status: dict) -> None:
         self._report = LearnerReport(status, done=self._final is not None, handoff=self._handoff,
-                                     handoff_at=self.loop.handoff_at, first_update_t=self.loop.first_update_t)
+                                     handoff_at=self.loop.handoff_at, first_update_t=self.loop.first_update_t,
+                                     worker_closed=self.loop.worker_closing)
 
     def _main(self) -> None:
         self._cpu.start()

@@ -55,20 +55,27 @@ class Loop:
 
     def run(self) -> None:
         self._publish(wait=True)
-        while not self._stop.is_set() and (self.core.stop_reason() is None or not self._between_rounds()):
-            if self._expired():
-                self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
-                break
-            try:
-                self.step()
-            except CommClosedError:
-                # the scheduler's connection broke under a request (it is lost): the worker closes
-                # next (closing.py), and this learner ends as on a closing worker, its state kept
-                self.worker_closing = True
-                break
-        if self.worker_closing:
-            self.core.request_stop("worker_closed")
-        self.drain()
+        try:
+            while not self._stop.is_set() and (self.core.stop_reason() is None or not self._between_rounds()):
+                if self._expired():
+                    self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
+                    break
+                try:
+                    self.step()
+                except CommClosedError:
+                    # the scheduler's connection broke under a request (it is lost): the worker closes
+                    # next (closing.py), and this learner ends as on a closing worker, its state kept
+                    self.worker_closing = True
+                    break
+            if self.worker_closing:
+                self.core.request_stop("worker_closed")
+            self.drain()
+        except BaseException:
+            # whatever ended the loop or its drain (the error goes to the run's results; the
+            # scheduler may be gone), its books balance
+            self._lose_all("received, not trained on: the learner's loop stopped on an error",
+                           "in flight when the learner's loop stopped on an error")
+            raise
 
     def _between_rounds(self) -> bool:
         """May the stop rules end the loop now? (Lockstep's: not while a round is half in.)"""
@@ -120,9 +127,9 @@ class Loop:
         """This learner's own account of its chunks: every task it submitted was consumed or
         lost (the controller's books say the same from the scheduler's side, while it lives)."""
         lost = self.core.chunks_lost - self._lost_at_start
-        submitted = self.stream.submitted
-        return {"submitted": submitted, "consumed": self.consumed, "lost": lost,
-                "balanced": submitted == self.consumed + lost}
+        submitted, out = self.stream.submitted, self.stream.in_flight + len(self._pending)
+        return {"submitted": submitted, "consumed": self.consumed, "lost": lost, "in_flight": out,
+                "balanced": submitted == self.consumed + lost + out}
 
     def _filter(self, chunk: dict) -> str | None:
         """Why the dataflow's filters drop ``chunk`` (the core's ``filter_reason``), None: kept.
@@ -237,12 +244,8 @@ class Loop:
         At a handoff, the chunks that go this way are counted in ``handoff``. On a closing worker
         nothing goes to the scheduler: what is still out is lost with it."""
         if self.worker_closing:
-            for arrival in self._pending:
-                self.core.record_lost(arrival.key, arrival.stream, "received, not trained on: the learner's worker closed")
-            for key, stream in self.stream.forget_all():
-                self.core.record_lost(key, stream, "in flight when the learner's worker closed")
-            self._pending.clear()
-            self._consumed, self._held = [], []
+            self._lose_all("received, not trained on: the learner's worker closed",
+                           "in flight when the learner's worker closed")
             return
         when = "at stop" if self.handoff is None else "at handoff"
         lost0 = self.core.chunks_lost
@@ -260,6 +263,16 @@ class Loop:
             self.evaluation.cancel()
         if self.handoff is not None:
             self.handoff["chunks_lost"] = self.core.chunks_lost - lost0
+
+    def _lose_all(self, why_received: str, why_out: str) -> None:
+        """Record every chunk received and not trained on, and every task still out, as lost,
+        without a word to the scheduler (it may be gone): the tasks' futures are dropped."""
+        for arrival in self._pending:
+            self.core.record_lost(arrival.key, arrival.stream, why_received)
+        for key, stream in self.stream.forget_all():
+            self.core.record_lost(key, stream, why_out)
+        self._pending.clear()
+        self._consumed, self._held = [], []
 
     # ---- reading --------------------------------------------------------------------------
     def _progress(self) -> Progress | None:

@@ -139,12 +139,17 @@ class ExplorerStream:
             dask_internals.wait_any_completed(self._ac, wait_s)
             if not self._ac.has_ready():
                 self.refresh_homes()  # nothing came for a while: are the explorers still there?
-        return [self._arrival(future, result) for future, result in self._ac.next_batch(block=False)]
+        # taken out of flight only once all are read: a read that raises (the scheduler lost under
+        # it) leaves the batch in flight, where the learner's books count it lost
+        arrived = [self._arrival(future, result) for future, result in self._ac.next_batch(block=False)]
+        for arrival in arrived:
+            del self._in_flight[arrival.key]
+            self._per_stream[arrival.stream] -= 1
+        return arrived
 
     def _arrival(self, future, result) -> Arrival:
-        entry = self._in_flight.pop(future.key)
+        entry = self._in_flight[future.key]
         stream = entry.stream
-        self._per_stream[stream] -= 1
         arrival = Arrival(future.key, stream, entry.submit_version, future, explore=entry.explore)
         if future.status == "cancelled":
             arrival.lost = "cancelled: its explorer worker left"
