@@ -131,6 +131,37 @@ def test_lost_learner_is_rebuilt_from_its_checkpoint(own_client, tmp_path, lose)
     assert ctrl["credits_granted"] == sum(ctrl["credits_returned"].values()), ctrl["credits_returned"]
 
 
+def _close_worker_for_good(dask_worker):
+    # what SIGTERM to a `dask worker` does: the nanny closes its worker and does not start another
+    dask_worker.loop.add_callback(dask_worker.close, nanny=True, reason="test: its nanny stopped")
+
+
+@pytest.mark.slow
+def test_a_learner_whose_worker_closes_for_good_ends_the_run_with_its_books(own_client, tmp_path, monkeypatch):
+    from tianji_dask.run import supervisor
+
+    monkeypatch.setattr(supervisor, "REBUILD_WAIT_S", 5)  # no LEARNER worker comes back: the wait's length only
+    out = tmp_path / "gone"
+    run = Run("cartpole_dqn", own_client, out=out, overrides={
+        "stop.target_return": None, "stop.max_seconds": 300, "checkpoint.every_versions": 200})
+    run.start()
+    deadline = time.time() + 60
+    while run.status().get("version", 0) < 300 and time.time() < deadline:
+        time.sleep(0.2)
+    learner = next(a for a, w in own_client.scheduler_info(n_workers=-1)["workers"].items() if w["resources"].get("LEARNER"))
+    with contextlib.suppress(Exception):
+        own_client.run(_close_worker_for_good, workers=[learner])
+    results = run.wait(timeout=300)
+    assert results["stop_reason"] == "learner_lost", results["error"]
+    assert "1 of 1 learners wrote a checkpoint and their books" in results["error"]
+    assert f"tianji-dask resume {out}" in results["error"]
+    assert json.loads((out / "results.json").read_text())["stop_reason"] == "learner_lost"
+    # the checkpoint written as the worker closed holds every update the learner made
+    newest = checkpoint.newest_loadable(out / "checkpoints")[0]
+    assert _version_of(str(newest)) == results["final_version"] >= 300
+    assert results["chunk_accounting"]["balanced"], results["chunk_accounting"]
+
+
 def _version_of(checkpoint_path: str | None) -> int:
     """The version a checkpoint's file name carries (``ckpt-000000600.pt``); 0 for none."""
     return 0 if checkpoint_path is None else int(checkpoint.NAME.match(Path(checkpoint_path).name).group(1))

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 #: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
 FINALS_WAIT_S = 65.0
+#: with its scheduler alive, a learner's worker leaves it only once its plugins' teardown, which
+#: writes the books, is done: books not there by then never come (its worker was killed outright)
+FINALS_LEFT_WAIT_S = 5.0
 
 
 class Run:
@@ -361,8 +364,9 @@ class Run:
         no learner worker left): the results from what each learner wrote as its worker closed
         (or what this driver last heard), and the line that says so and how to go on."""
         backend = self._backend
+        wait_s = FINALS_WAIT_S if isinstance(lost, SchedulerLost) else FINALS_LEFT_WAIT_S
         results, episodes, chunks, replay = results_writer.after_cluster_lost(
-            lost, backend.finals_left(FINALS_WAIT_S), self.pipeline, run_id=self.run_id, rules=self._rules,
+            lost, backend.finals_left(wait_s), self.pipeline, run_id=self.run_id, rules=self._rules,
             out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
             startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())
         results["learner_restarts"] = backend.learners.restarts
