@@ -5,13 +5,15 @@ setup and the full disk: namespaces, a tmpfs).
     python benchmarks/chaos.py --list
     python benchmarks/chaos.py --fault explorer-kill [--setup embedded] [--seed 0] [--runs 3]
     python benchmarks/chaos.py --fault all --runs 2          # every class, seeds 0 and 1
+    python benchmarks/chaos.py --fault all --setup slurm     # every class that runs on Slurm
     python benchmarks/chaos.py report                        # the table, from the files the runs wrote
 
 Each run trains ``cartpole_ppo`` (``--pipeline``) for ``--env-steps`` env steps at most
 ``--budget`` seconds, with a checkpoint every ``--every-versions`` versions, on the class's setup
 (``embedded``: ``tianji-dask train`` with the LocalCluster it starts; ``external``: a scheduler, a
 learner worker and explorer workers started by hand, each on a host of its own made of Linux
-network namespaces by netns.py). Once the learner has written a checkpoint at or past a version
+network namespaces by netns.py; ``slurm``: ``cluster.kind: slurm`` on a running Slurm, the
+learner and each explorer a batch job, chaos_slurm.py). Once the learner has written a checkpoint at or past a version
 drawn from the seed, the fault is injected (chaos_faults.py: which class does what). The driver
 must then end within a bound; then the invariants are checked (chaos_checks.py), and ``tianji-dask
 resume`` continues the run from its newest checkpoint on a fresh embedded cluster.
@@ -80,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="chaos.py", description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="list the fault classes and exit")
     parser.add_argument("--fault", help="a class, several separated by commas, or all")
-    parser.add_argument("--setup", choices=("embedded", "external"), help="default: the class's first setup")
+    parser.add_argument("--setup", choices=("embedded", "external", "slurm"), help="default: the class's first setup")
     parser.add_argument("--seed", type=_natural, default=0, help="the first seed (default 0)")
     parser.add_argument("--runs", type=_positive(int), default=1, help="seeds SEED, SEED+1, ... (default 1)")
     parser.add_argument("--pipeline", default="cartpole_ppo")
@@ -113,14 +115,22 @@ def run_file(out: Path, fault: str, setup: str, seed: int) -> Path:
 
 def _checked(args) -> list[tuple[str, str]]:
     """(class, setup) pairs to run; ValueError (one line) for what cannot be."""
-    pairs = []
+    from chaos_slurm import slurm_answers
+
+    pairs, no_slurm = [], []
     for name in _classes(args.fault):
         setup = args.setup or CLASSES[name].setups[0]
+        if args.fault == "all" and not args.setup and setup == "slurm" and not slurm_answers():
+            no_slurm.append(name)
+            continue
         if setup not in CLASSES[name].setups:
             if args.setup and args.fault == "all":
                 continue
             raise ValueError(f"--setup: {name} runs on {', '.join(CLASSES[name].setups)}, not {setup}")
         pairs.append((name, setup))
+    if no_slurm:
+        print(f"chaos: {', '.join(no_slurm)} left out: they run on Slurm, and no Slurm answers here (sinfo)",
+              file=sys.stderr)
     needs_root = [n for n, setup in pairs if setup == "external" or n == "disk-full"]
     if needs_root and os.geteuid() != 0:
         raise ValueError(f"{needs_root[0]}: needs root (network namespaces, a tmpfs mount)")
@@ -129,6 +139,9 @@ def _checked(args) -> list[tuple[str, str]]:
     for tool in ("ip", "mount") if needs_root else ():
         if shutil.which(tool) is None:
             raise ValueError(f"{needs_root[0]}: needs {tool}")
+    if any(setup == "slurm" for _, setup in pairs):
+        if not slurm_answers():
+            raise ValueError("--setup slurm: no Slurm answers here (sinfo); .ci/slurm-up starts a one-node one")
     if args.at_versions[0] < args.every_versions:
         raise ValueError(f"--at-versions: from {args.every_versions} (the first checkpoint, --every-versions) up")
     return pairs
@@ -147,7 +160,8 @@ def tested_commit() -> dict:
         proc = subprocess.run(["git", "-C", where, *args], capture_output=True, text=True, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # the run files a sweep writes into the checkout change nothing a run imports
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
     return {"sha": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
@@ -253,9 +267,9 @@ def main(argv=None) -> int:
         return 0
     args = build_parser().parse_args(argv)
     if args.list:
-        width = max(map(len, CLASSES))
+        width, setups = max(map(len, CLASSES)), max(len("/".join(c.setups)) for c in CLASSES.values())
         for cls in CLASSES.values():
-            print(f"{cls.name:<{width}}  {'/'.join(cls.setups):<17}  {cls.about}")
+            print(f"{cls.name:<{width}}  {'/'.join(cls.setups):<{setups}}  {cls.about}")
         return 0
     if not args.fault:
         print("chaos: error: --fault: give a class (see --list), several separated by commas, or all", file=sys.stderr)

@@ -9,7 +9,8 @@ A class is ``TARGET-ACTION``:
   (a worker process: the one the scheduler lists with the LEARNER resource, or one of those with
   EXPLORER, as the seed says), ``driver`` (``tianji-dask train``);
 - actions: ``kill`` (SIGKILL), ``term`` (SIGTERM), ``stop`` (SIGSTOP, then SIGCONT after a hold
-  of 3 to 60 s drawn from the seed: a stalled process, a long GC pause);
+  of 3 to 60 s drawn from the seed: a stalled process, a long GC pause), ``cancel`` (on the slurm
+  setup: ``scancel`` of the worker's batch job, as a preemption or an admin would);
 
 and four more: ``learner-partition`` / ``explorer-partition`` (the worker's host, a namespace of its
 own, loses its link to the bridge for 3 to 60 s, then gets it back), ``disk-full`` (the run folder
@@ -56,9 +57,9 @@ class FaultClass:
 _WHO = {
     "scheduler": ("the scheduler process", ("external",)),
     "nanny": ("the nanny (`dask worker` process) of the learner or an explorer", ("external",)),
-    "learner": ("the learner's worker process", ("embedded", "external")),
-    "explorer": ("an explorer's worker process", ("embedded", "external")),
-    "driver": ("the driver (`tianji-dask train`)", ("embedded", "external")),
+    "learner": ("the learner's worker process", ("embedded", "external", "slurm")),
+    "explorer": ("an explorer's worker process", ("embedded", "external", "slurm")),
+    "driver": ("the driver (`tianji-dask train`)", ("embedded", "external", "slurm")),
 }
 _HOW = {"kill": "SIGKILL to {}", "term": "SIGTERM to {}", "stop": "SIGSTOP to {}, SIGCONT 3-60 s later"}
 
@@ -68,6 +69,10 @@ def _classes() -> dict[str, FaultClass]:
     for who, (what, setups) in _WHO.items():
         for action, how in _HOW.items():
             found[f"{who}-{action}"] = FaultClass(f"{who}-{action}", setups, how.format(what))
+    for who in ("learner", "explorer"):
+        found[f"{who}-cancel"] = FaultClass(f"{who}-cancel", ("slurm",),
+                                            f"`scancel` of {_WHO[who][0].replace('worker process', 'batch job')} "
+                                            "(SIGTERM to its processes, SIGKILL after Slurm's KillWait)")
     found["learner-partition"] = FaultClass("learner-partition", ("external",),
                                             "the learner's host cut off the network for 3-60 s (its link down, then up)")
     found["explorer-partition"] = FaultClass("explorer-partition", ("external",),
@@ -199,6 +204,14 @@ def inject(p: Plan, setup, run_dir: Path, clock: dict | None, undo) -> dict:
         rec["error"] = f"no {role} process to signal"
         return rec
     rec["target"] = proc
+    if cls.action == "cancel":
+        if not proc.get("job"):
+            rec["error"] = f"{proc['name']} (pid {proc['pid']}) runs in no Slurm job"
+            return rec
+        rec["t_fault"] = time.time()
+        setup.cancel(proc["job"])
+        rec["did"] = f"scancel {proc['job']}, the job of {proc['name']} (pid {proc['pid']})"
+        return rec
     if role == "driver":
         setup.driver.remember_descendants()  # its cluster's processes are ended at the end even if orphaned
     rec["t_fault"] = time.time()

@@ -408,4 +408,8 @@ class External:
 def make_setup(name: str, scratch: Path, undo: Undo, explorers: int, worker_env: dict | None = None):
     if name == "embedded":
         return Embedded(scratch, undo)
+    if name == "slurm":
+        from chaos_slurm import Slurm
+
+        return Slurm(scratch, undo, explorers)
     return External(scratch, undo, explorers, worker_env)
