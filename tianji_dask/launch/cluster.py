@@ -277,6 +277,8 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
             job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
             **common,
         )
+    # the scheduler lives in this process, as a local cluster's does: its errors for a worker lost mid-call go too
+    logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
     learner_job = learner_job_settings(jq)
     learner_jobs = []
     for i in range(learners):
