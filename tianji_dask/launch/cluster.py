@@ -27,6 +27,9 @@ class Opened:
     start_timeout: float = 60
     dashboard_later: bool = False  # a local cluster whose dashboard serve_dashboard builds
     learner_job: dict | None = None  # a batch cluster's learner job settings (jobqueue_job's overrides)
+    #: distributed's logs below it stay off the terminal, the cluster's close included (a cluster
+    #: keeps them down only while it lives, and its comms to workers log as they close)
+    log_level: int = logging.ERROR
 
     @property
     def starts_learners(self) -> bool:
@@ -62,12 +65,15 @@ class Opened:
                 logging.getLogger(__name__).warning("tianji: the dashboard was not built: %s", err)
 
     def close(self) -> None:
-        self.client.close()
-        for job in self.learner_jobs:
-            self.cluster.sync(job.close)
-        self.learner_jobs = []
-        if self.cluster is not None:
-            self.cluster.close()
+        from distributed.utils import silence_logging_cmgr
+
+        with silence_logging_cmgr(self.log_level):
+            self.client.close()
+            for job in self.learner_jobs:
+                self.cluster.sync(job.close)
+            self.learner_jobs = []
+            if self.cluster is not None:
+                self.cluster.close()
 
 
 def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int, explorer_threads: int = 1,
@@ -81,13 +87,14 @@ def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners
         return Opened(connect(cluster_config.address, security))
     if kind in ("slurm", "pbs"):
         cluster, jobs = jobqueue_cluster(kind, cluster_config.jobqueue, explorers, cluster_config.dashboard_address,
-                                         security, learners=learners, explorer_threads=explorer_threads)
+                                         security, learners=learners, explorer_threads=explorer_threads,
+                                         log_level=log_level)
         return Opened(Client(cluster), cluster, jobs, cluster_config.jobqueue.start_timeout,
-                      learner_job=learner_job_settings(cluster_config.jobqueue))
+                      learner_job=learner_job_settings(cluster_config.jobqueue), log_level=log_level)
     later = cluster_config.dashboard_address is not None
     cluster = local_cluster(explorer_workers, cluster_config.dashboard_address, security, learner_workers=learners,
                             explorer_threads=explorer_threads, dashboard_later=later, log_level=log_level)
-    return Opened(Client(cluster), cluster, dashboard_later=later)
+    return Opened(Client(cluster), cluster, dashboard_later=later, log_level=log_level)
 
 
 CONNECT_TIMEOUT_S = 10
@@ -247,11 +254,12 @@ def serve_dashboard(cluster) -> None:
 
 
 def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | None, security=None, learners: int = 1,
-                     explorer_threads: int = 1):
+                     explorer_threads: int = 1, log_level: int = logging.ERROR):
     """A dask-jobqueue cluster (``kind`` slurm or pbs): explorer workers are batch jobs in an
     adaptive pool (EXPLORER resource, optional graceful lifetime with stagger), each learner (one
     per group) a job of its own (LEARNER resource) outside the pool, so adapting never touches
-    it. Returns ``(cluster, learner_jobs)``; close the jobs, then the cluster."""
+    it. Returns ``(cluster, learner_jobs)``; close the jobs, then the cluster. ``log_level``: the
+    in-process scheduler's distributed logs below it are not shown."""
     import sys
 
     from dask_jobqueue import PBSCluster, SLURMCluster
@@ -275,7 +283,7 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
         cluster = cls(
             cores=jq.cores, memory=jq.memory, job_name="tianji-explorer", worker_extra_args=explorer_args,
             job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
-            **common,
+            silence_logs=log_level, **common,
         )
     # the scheduler lives in this process, as a local cluster's does: its errors for a worker lost mid-call go too
     logging.getLogger("distributed.scheduler").addFilter(_handled_elsewhere)
