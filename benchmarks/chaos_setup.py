@@ -271,17 +271,10 @@ class Embedded:
 
     def workers(self) -> list[dict]:
         """The run's workers now: ``{role, name, address, pid}`` (role ``learner`` or ``explorer``)."""
-        import psutil
-
         address = self._scheduler()
         if address is None:
             return []
-        self.driver.remember_descendants()
-        ports = {}
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.driver.pid).children(recursive=True):
-                for port in _listening(child.pid):
-                    ports[port] = child.pid
+        ports = self._worker_ports()
         found = []
         for addr, info in _identity(address)["workers"].items():
             port = int(addr.rsplit(":", 1)[1])
@@ -289,6 +282,18 @@ class Embedded:
                 role = "learner" if info.get("resources", {}).get("LEARNER") else "explorer"
                 found.append({"role": role, "name": str(info.get("name")), "address": addr, "pid": ports[port]})
         return sorted(found, key=lambda w: (w["role"], w["name"]))
+
+    def _worker_ports(self) -> dict[int, int]:
+        """Listening port -> pid, among the driver's descendants (its cluster's worker processes)."""
+        import psutil
+
+        self.driver.remember_descendants()
+        ports = {}
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.driver.pid).children(recursive=True):
+                for port in _listening(child.pid):
+                    ports[port] = child.pid
+        return ports
 
     def process(self, role: str, pick=None) -> dict | None:
         """One process of ``role`` (``driver``, ``learner``, ``explorer``): ``{role, name, pid}``;

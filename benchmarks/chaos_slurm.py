@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from chaos_setup import Embedded, Proc, Undo, _identity, _listening, python_env, tianji
+from chaos_setup import Embedded, Proc, Undo, python_env, tianji
 
 JOB_NAMES = ("tianji-learner", "tianji-explorer")
 #: seconds the run's jobs may take to leave the queue once the driver has ended (jobqueue cancels
@@ -83,30 +83,13 @@ class Slurm(Embedded):
         self.driver = Proc(cmd, self.undo, env=python_env(), cwd=self.scratch, name="driver")
         return self.driver
 
-    def _scheduler(self) -> str | None:
-        if self.scheduler_address is None:
-            for port in _listening(self.driver.pid):
-                with contextlib.suppress(Exception):
-                    if _identity(f"tcp://127.0.0.1:{port}", timeout=5).get("type") == "Scheduler":
-                        self.scheduler_address = f"tcp://127.0.0.1:{port}"
-                        break
-        return self.scheduler_address
+    def _worker_ports(self) -> dict[int, int]:
+        """Every listening port on this machine and its pid: a job's processes are not the driver's."""
+        return _all_listening()
 
     def workers(self) -> list[dict]:
-        """The run's workers now: ``{role, name, address, pid, job}``, the pid the process listening
-        on the worker's port, wherever Slurm started it."""
-        address = self._scheduler()
-        if address is None:
-            return []
-        ports = _all_listening()
-        found = []
-        for addr, info in _identity(address)["workers"].items():
-            pid = ports.get(int(addr.rsplit(":", 1)[1]))
-            if pid is not None:
-                role = "learner" if info.get("resources", {}).get("LEARNER") else "explorer"
-                found.append({"role": role, "name": str(info.get("name")), "address": addr, "pid": pid,
-                              "job": job_of(pid)})
-        return sorted(found, key=lambda w: (w["role"], w["name"]))
+        """The run's workers now, each with its Slurm job: ``{role, name, address, pid, job}``."""
+        return [{**w, "job": job_of(w["pid"])} for w in super().workers()]
 
     def cancel(self, job: str) -> None:
         subprocess.run(["scancel", job], capture_output=True, timeout=30, check=True)
