@@ -807,3 +807,32 @@ def test_a_checkpoint_loaded_with_a_new_learning_rate_trains_with_the_new_one():
     assert b.optimizer.lr == 5e-5 and b.optimizer.steps == a.optimizer.steps == 3
     for x, y in zip(b.optimizer.exp_avg, a.optimizer.exp_avg):
         assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("cls,cfg", [(PPO, PPOConfig), (IMPALA, IMPALAConfig)])
+def test_an_annealed_learning_rate_falls_with_the_steps_trained_and_a_checkpoint_carries_it_on(cls, cfg):
+    """CleanRL's --anneal-lr: each update uses lr x (1 - steps trained before it / anneal_lr_steps),
+    never below 0; a resumed learner goes on from the steps its checkpoint trained."""
+    config = cfg(lr=1e-3, segments_per_batch=1, anneal_lr_steps=50)
+    algo = cls(OBS, ACT, config, seed=0)
+    used, steps = [], []
+
+    def update(learner, i):
+        chunk = acted_chunk(learner, i)
+        steps.append(int(chunk["valid"].sum()))
+        learner.ingest(chunk, staleness=0)
+        used.append(learner.learn()["lr"])
+
+    for i in range(2):
+        update(algo, i)
+    resumed = cls(OBS, ACT, config, seed=1)
+    resumed.load_state_dict(pickle.loads(pickle.dumps(algo.state_dict())))
+    for i in range(2, 4):
+        update(resumed, i)
+    before = np.cumsum([0, *steps[:-1]])
+    assert resumed.trained_env_steps == sum(steps) and before[-1] > 50  # the last update is past the horizon
+    np.testing.assert_allclose(used, 1e-3 * np.clip(1 - before / 50, 0, None), rtol=1e-6, atol=1e-12)
+    assert used[0] == 1e-3 and used[-1] == 0.0 and used[1] < 1e-3
+    constant = cls(OBS, ACT, cfg(lr=1e-3, segments_per_batch=1), seed=0)
+    constant.ingest(acted_chunk(constant, 0), staleness=0)
+    assert "lr" not in constant.learn() and constant.optimizer.lr == 1e-3

@@ -215,7 +215,8 @@ class IMPALA(SegmentActorCritic, Algorithm):
         B = sum(int(s["env_steps"]) for s in segments)
         metrics = {k: float(v) for k, v in stats.items()}  # of the last gradient step
         metrics.update(samples=float(B * c.update_epochs), batch_env_steps=float(B), segments=float(len(segments)),
-                       policy_lag_mean=float(np.mean(lags)), dropped_segments=float(self.dropped_segments))
+                       policy_lag_mean=float(np.mean(lags)), dropped_segments=float(self.dropped_segments),
+                       **self._schedule_metrics())
         return metrics
 
     def _step(self, loss_and_stats: tuple[torch.Tensor, dict]) -> dict:

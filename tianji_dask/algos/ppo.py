@@ -192,7 +192,8 @@ class PPO(SegmentActorCritic, Algorithm):
         self._fold_statistics()
         metrics = {k: float(v) / n_mb for k, v in totals.items()}
         metrics.update(samples=float(batch_env_steps * self.config.update_epochs), batch_env_steps=float(batch_env_steps),
-                       segments=float(segments), dropped_segments=float(self.dropped_segments))
+                       segments=float(segments), dropped_segments=float(self.dropped_segments),
+                       **self._schedule_metrics())
         return metrics
 
     def counters(self) -> dict[str, int]:

@@ -48,6 +48,10 @@ class SegmentConfig(AlgoConfig):
     shared_trunk: bool = False
     gamma: float = Field(0.99, ge=0.0, le=1.0)
     adam_eps: float = Field(1e-5, gt=0.0)
+    #: the learning rate falls linearly from ``lr`` towards 0 over this many env steps trained on, each
+    #: update using the rate of the steps trained before it, and stays at 0 after (CleanRL's
+    #: ``--anneal-lr`` over its total_timesteps, SB3's linear schedule); null: constant
+    anneal_lr_steps: int | None = Field(None, ge=1)
     #: chunks (segments) per batch: one learn() trains on at least this many
     segments_per_batch: int = Field(1, ge=1)
     #: when more have arrived, one learn() takes up to this many: a busy learner trains on bigger
@@ -124,6 +128,7 @@ class SegmentActorCritic:
         self.segments: list[dict] = []  # collected for the next batch, in arrival order
         self.segment_versions: list[int] = []  # their behaviour versions, in our counting
         self.updates = 0
+        self.trained_env_steps = 0  # valid steps of every batch taken: the learning rate's schedule
         self.dropped_segments = 0  # beyond max_policy_lag
         self.late_segments_used = 0  # trained on at staleness >= 1 (the clipped objective's or V-trace's correction)
 
@@ -248,7 +253,20 @@ class SegmentActorCritic:
         versions, self.segment_versions = self.segment_versions[:n_seg], self.segment_versions[n_seg:]
         lags = [self.updates - v for v in versions]
         self.late_segments_used += sum(1 for lag in lags if lag > 0)
+        self._schedule_lr(segments)
         return segments, lags
+
+    def _schedule_lr(self, segments: list[dict]) -> None:
+        """The rate of the update about to train on ``segments``: ``lr`` scaled by the fraction of
+        ``anneal_lr_steps`` not yet trained on (CleanRL's ``frac = 1 - (iteration - 1) / num_iterations``)."""
+        c = self.config
+        if c.anneal_lr_steps is not None:
+            self.optimizer.lr = c.lr * max(0.0, 1.0 - self.trained_env_steps / c.anneal_lr_steps)
+        self.trained_env_steps += sum(int(seg["valid"].sum()) for seg in segments)
+
+    def _schedule_metrics(self) -> dict[str, float]:
+        """The rate the update just made used, when it follows a schedule."""
+        return {"lr": float(self.optimizer.lr)} if self.config.anneal_lr_steps is not None else {}
 
     def chunks_per_update(self) -> int:
         """Chunks one update needs: segments_per_batch."""
@@ -292,6 +310,7 @@ class SegmentActorCritic:
             "net": snapshot(self.net),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
+            "trained_env_steps": self.trained_env_steps,
             "counters": self.counters(),
             "rng": self.rng.bit_generator.state,
             **self._statistics_state(),
@@ -302,6 +321,7 @@ class SegmentActorCritic:
         self._make_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+        self.trained_env_steps = int(state.get("trained_env_steps", 0))  # absent from checkpoints before the schedule
         # PPO's checkpoints before its counters were kept together hold dropped_segments alone
         counters = state.get("counters") or {"dropped_segments": state["dropped_segments"]}
         for name in self.counters():
