@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import statistics
 import subprocess
@@ -53,7 +54,10 @@ def pipeline_copy(pipeline: str, overrides: dict):
         yield str(path)
 
 
-def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: list[str]) -> dict:
+def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: list[str],
+             returns: bool = False) -> dict:
+    """One ``tianji-dask train`` process's ``results.json``; with ``returns``, also ``returns``: every
+    training episode's return in the order the episodes ended (``episodes.csv``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "tianji_dask", "train", pipeline, "--seed", str(seed), "--mode", mode,
@@ -61,7 +65,12 @@ def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: lis
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
-        return json.loads((out / "results.json").read_text())
+        results = json.loads((out / "results.json").read_text())
+        if returns:
+            with open(out / "episodes.csv", newline="") as f:
+                rows = sorted(csv.DictReader(f), key=lambda row: float(row["t_end"]))
+            results["returns"] = [float(row["return"]) for row in rows]
+        return results
 
 
 def main(argv=None) -> int:

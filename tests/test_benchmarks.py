@@ -240,3 +240,33 @@ def test_the_staleness_grid_tells_a_miss_from_too_few_chunks_to_say(monkeypatch)
     assert scale.within_target(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
     assert scale.within_target(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
     assert scale.within_target(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss
+
+
+def test_the_variant_study_turns_the_order_resumes_and_counts_an_unsolved_run_slower(monkeypatch, tmp_path, capsys):
+    """The study's bookkeeping only (a fake run stands in for training)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    study = _load("variant_study", ROOT / "benchmarks" / "variant_study.py")
+    ran = []
+
+    def fake_run(path, seed, mode, max_seconds, extra, returns=False):
+        anneal = "anneal_lr_steps" in Path(path).read_text()
+        ran.append(("anneal" if anneal else "base", seed))
+        solved = anneal or seed != 1  # base's seed 1 stays below the target
+        return {"solved": solved, "time_to_solve_s": 5.0 + seed if solved else None, "wall_s": max_seconds,
+                "env_steps": 1000, "final_mean_return": 400.0, "last_update_metrics": {"entropy": 0.5, "loss": 1.0},
+                "returns": [float(i) for i in range(150)]}
+
+    monkeypatch.setattr(study, "run_once", fake_run)
+    args = ["--pipeline", "cartpole_ppo", "--max-seconds", "9", "--variant", "base",
+            "--variant", "anneal", "algo.config.anneal_lr_steps=1000", "--out", str(tmp_path / "s")]
+    assert study.main(args + ["--seeds", "0-1"]) == 0
+    assert ran == [("base", 0), ("anneal", 0), ("anneal", 1), ("base", 1)]
+    assert study.main(args + ["--seeds", "0-2"]) == 0 and ran[4:] == [("base", 2), ("anneal", 2)]  # 0 and 1 read
+    runs = json.loads((tmp_path / "s.json").read_text())["runs"]
+    assert len(runs) == 6 and runs[0]["best_mean_return"] == 99.5 and runs[0]["last_update"] == {"entropy": 0.5}
+    table = capsys.readouterr().out
+    assert "| base | as bundled | 2/3 | 6.0 | 5.0–7.0 | 100 | reference |" in table
+    # anneal's 5, 6, 7 s against base's 5, 7 s and its unsolved run: (2.5 + 2 + 1.5) of 9 pairs
+    assert "| anneal | `algo.config.anneal_lr_steps=1000` | 3/3 | 6.0 | 5.0–7.0 | – | 0.67 |" in table
+    assert study.main(args[:-1] + [str(tmp_path / "s"), "--max-seconds", "60", "--seeds", "3"]) == 2
+    assert "holds a study with other arguments" in capsys.readouterr().err and len(ran) == 6
