@@ -77,7 +77,7 @@ SUITES = {
     ],
     "protocol": [
         (PROTOCOL_TASKS, ("tianji", "sb3"), range(5)),
-        # a few Hopper seeds in a hundred plateau below the target for good: 20 tell that rate better than 5
+        # a few Hopper seeds in a hundred fall back below the target for good: 20 tell that rate better than 5
         (("hopper_ppo",), ("tianji",), range(20)),
         (PROTOCOL_TASKS, ("rllib",), range(3)),
         (("pendulum_sac",), ("sb3-same",), range(5)),

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import commit, fmt, median_of, write_report
+from _report import commit, fmt, median_of, write_atomically, write_report
 from time_to_solve import parse_sets, pipeline_copy, run_once
 
 KEPT = ("solved", "time_to_solve_s", "time_to_solve_from_process_start_s", "env_steps", "wall_s", "stop_reason",
@@ -122,9 +122,8 @@ def main(argv=None) -> int:
                 f"solved in {run['time_to_solve_s']:.1f} s, {run['env_steps']:,} env steps" if run["solved"] else
                 f"NOT solved in {run['wall_s']:.0f} s ({run['env_steps']:,} env steps), best mean "
                 f"{fmt(run['best_mean_return'], ',.0f')}, last {fmt(run['final_mean_return'], ',.0f')}"), flush=True)
-            if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
+            if out is not None:  # whole or not at all: a study stopped mid-write keeps what it had
+                write_atomically(out, json.dumps({"args": vars(args), "runs": runs}, indent=2))
     text = table(runs, names, args.max_seconds)
     print("\n" + text)
     if args.out:
