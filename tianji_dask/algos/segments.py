@@ -128,7 +128,7 @@ class SegmentActorCritic:
         self.segments: list[dict] = []  # collected for the next batch, in arrival order
         self.segment_versions: list[int] = []  # their behaviour versions, in our counting
         self.updates = 0
-        self.trained_env_steps = 0  # valid steps of every batch taken: the learning rate's schedule
+        self.trained_env_steps = 0  # env steps of every batch taken: the learning rate's schedule
         self.dropped_segments = 0  # beyond max_policy_lag
         self.late_segments_used = 0  # trained on at staleness >= 1 (the clipped objective's or V-trace's correction)
 
@@ -262,7 +262,7 @@ class SegmentActorCritic:
         c = self.config
         if c.anneal_lr_steps is not None:
             self.optimizer.lr = c.lr * max(0.0, 1.0 - self.trained_env_steps / c.anneal_lr_steps)
-        self.trained_env_steps += sum(int(seg["valid"].sum()) for seg in segments)
+        self.trained_env_steps += sum(int(seg["env_steps"]) for seg in segments)  # the chunk's valid steps
 
     def _schedule_metrics(self) -> dict[str, float]:
         """The rate the update just made used, when it follows a schedule."""
