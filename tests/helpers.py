@@ -104,7 +104,7 @@ def external_cluster(log_path: Path):
     """A ``dask scheduler`` (with the tianji preload) and two hand-started workers, one LEARNER and
     one EXPLORER, as separate processes on 127.0.0.1, their output into ``log_path``. Yields
     (scheduler address, the list of processes: scheduler first; append more to have them ended too)."""
-    log = open(log_path, "w+")
+    log = open(log_path, "a")  # appended by every writer: a second handle on it overwrites nothing
     procs = [spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                     "--preload", "tianji_dask.preload"], log)]
     try:

@@ -116,7 +116,7 @@ def test_a_killed_driver_leaves_the_run_training_and_attach_ends_it(tmp_path, ca
     client = None
     with external_cluster(log_path) as (address, procs):
         try:
-            log = open(log_path, "a")
+            log = open(log_path, "a")  # appended, as the cluster's processes write it
             out = tmp_path / "run"
             driver = spawn(["tianji_dask", "train", "cartpole_dqn", "--scheduler", address, "--set", "stop.on_solve=false",
                             "--set", "stop.max_seconds=40", "--out", str(out), "--quiet"], log)

@@ -59,7 +59,7 @@ def _spawn(args, log):
 @pytest.mark.slow
 def test_external_scheduler_and_hand_started_workers(tmp_path):
     log_path = tmp_path / "cluster.log"
-    log = open(log_path, "w+")
+    log = open(log_path, "a")
     procs = [_spawn(["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                      "--preload", "tianji_dask.preload"], log)]
     try:
