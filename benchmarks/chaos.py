@@ -167,12 +167,13 @@ def tested_commit() -> dict:
 
 def portable(text: str) -> str:
     """A run file's text with this machine's folders named, not spelled out, so it can be committed
-    and read elsewhere: each run's scratch folder is $SCRATCH, the checkout ".", Python's own
-    install $PYTHON, the home folder ~."""
+    and read elsewhere: each run's scratch folder is $SCRATCH, the checkout ".", the virtual
+    environment $VENV, Python's own install $PYTHON, the home folder ~."""
     from chaos_setup import package_root
 
     text = re.sub(re.escape(tempfile.gettempdir()) + r"/tianji-chaos-[A-Za-z0-9_]+", "$SCRATCH", text)
-    for where, name in ((package_root(), "."), (sys.base_prefix, "$PYTHON"), (str(Path.home()), "~")):
+    venv = sys.prefix if sys.prefix != sys.base_prefix else None
+    for where, name in ((package_root(), "."), (venv, "$VENV"), (sys.base_prefix, "$PYTHON"), (str(Path.home()), "~")):
         if where and where != "/":
             text = re.sub(re.escape(where) + r"(?=[/\s\"'`]|$)", name, text)
     return text

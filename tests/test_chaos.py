@@ -50,12 +50,15 @@ def test_a_run_file_names_this_machine_s_folders_instead_of_spelling_them_out(mo
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     chaos = importlib.import_module("chaos")
     scratch = f"{tempfile.gettempdir()}/tianji-chaos-ab_12x"
+    monkeypatch.setattr(sys, "prefix", "/opt/lab-venv")  # run from a virtual environment
     rec = {"last": f"tianji-dask: resume {scratch}/run` exit 1",
-           "tb": f'File "{ROOT}/tianji_dask/cli.py", line 3; File "{sys.base_prefix}/lib/x.py"',
+           "tb": f'File "{ROOT}/tianji_dask/cli.py", line 3; File "{sys.base_prefix}/lib/x.py"; '
+                 'File "/opt/lab-venv/lib/python3.11/site-packages/distributed/worker.py"',
            "other": f"{ROOT}-sibling/x"}
     made = json.loads(chaos.portable(json.dumps(rec)))
     assert made["last"] == "tianji-dask: resume $SCRATCH/run` exit 1"
-    assert made["tb"] == 'File "./tianji_dask/cli.py", line 3; File "$PYTHON/lib/x.py"'
+    assert made["tb"] == ('File "./tianji_dask/cli.py", line 3; File "$PYTHON/lib/x.py"; '
+                          'File "$VENV/lib/python3.11/site-packages/distributed/worker.py"')
     assert made["other"].endswith("-sibling/x") and not made["other"].startswith(".")  # another folder
 
 
