@@ -261,6 +261,33 @@ def test_an_embedded_workers_heartbeat_that_raced_the_close_is_left_out_and_its_
     assert [r.getMessage() for r in seen] == ["Unexpected exception during heartbeat. Closing worker."]
 
 
+def test_an_embedded_workers_transfer_to_a_peer_that_died_is_left_out_and_its_other_errors_are_not():
+    import distributed.worker
+    from distributed.comm.core import CommClosedError
+
+    # the message the filter knows is the one the installed release logs, for an OSError
+    source = inspect.getsource(distributed.worker.Worker.get_data)
+    assert "except OSError:" in source and '"failed during get data with %s -> %s"' in source
+    with _errors_logged("distributed.worker", dask_internals.quiet_lost_peer_transfers) as (logger, seen):
+        for error in (CommClosedError("in <TCP (closed)>: ConnectionResetError: [Errno 104] Connection reset by peer"),
+                      RuntimeError("a result that cannot be serialised")):
+            try:
+                raise error
+            except Exception:
+                logger.exception("failed during get data with %s -> %s", "tcp://127.0.0.1:37779", None)
+        logger.error("failed during get data with %s -> %s", "tcp://127.0.0.1:37779", None)  # no exception: kept
+    assert [type(r.exc_info[1]).__name__ if r.exc_info else None for r in seen] == ["RuntimeError", None]
+
+
+def test_a_runs_own_workers_carry_both_filters(tianji_client):
+    def filters(dask_worker):
+        return sorted(getattr(f, "__name__", type(f).__name__) for f in logging.getLogger("distributed.worker").filters)
+
+    on_workers = tianji_client.run(filters)
+    assert len(on_workers) == 3, on_workers
+    assert all({"_not_a_failed_heartbeat", "_not_a_lost_peer_transfer"} <= set(names) for names in on_workers.values()), on_workers
+
+
 def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_loop():
     import distributed.utils
 

@@ -172,6 +172,22 @@ def _not_a_failed_heartbeat(record) -> bool:
     return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
 
 
+def quiet_lost_peer_transfers():
+    """Not public API: a worker sending a task's result to a peer worker that dies mid-transfer (a
+    learner killed while it fetched a chunk) logs "failed during get data with A -> B" on
+    ``distributed.worker`` with the connection's traceback. On an embedded cluster every peer is a
+    worker of the run, whose loss the run handles and records itself (a learner rebuilt from its
+    checkpoint, an explorer's chunks lost): its workers leave that record out when the cause is a
+    closed connection, and keep it for any other error. Returns the filter."""
+    logging.getLogger("distributed.worker").addFilter(_not_a_lost_peer_transfer)
+    return _not_a_lost_peer_transfer
+
+
+def _not_a_lost_peer_transfer(record) -> bool:
+    closed = record.exc_info is not None and isinstance(record.exc_info[1], OSError)
+    return not (closed and str(record.msg).startswith("failed during get data with"))
+
+
 def actor_address(actor) -> str | None:
     """The address of the worker an actor handle points to (None for no handle): Dask has no
     public name for it, and the run needs it to know which worker its learner lives on."""

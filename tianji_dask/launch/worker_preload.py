@@ -9,7 +9,8 @@ workers (with SIGKILL if one does not close, and at once if the driver dies).
 
 A worker whose heartbeat races the cluster's close (the scheduler, in the driver, gone first)
 leaves distributed's traceback for it out (``dask_internals.quiet_heartbeat_failures``): the
-driver says how the run ended.
+driver says how the run ended. So does a worker whose peer died while fetching a result from it
+(``dask_internals.quiet_lost_peer_transfers``): the run handles that worker's loss.
 
 A worker that has closed ends its process at once: its Python teardown (a garbage collection over
 torch's objects, then torch's C++ destructors) takes about a second, and the cluster's close
@@ -28,6 +29,7 @@ def dask_setup(worker) -> None:
     from tianji_dask import dask_internals
 
     dask_internals.quiet_heartbeat_failures()
+    dask_internals.quiet_lost_peer_transfers()
     if threading.current_thread() is threading.main_thread():  # where signal handlers may be set
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
