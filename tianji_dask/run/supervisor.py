@@ -167,10 +167,14 @@ class LearnerSupervisor:
 
     def _lead_s(self) -> float:
         """How long before a handoff its fresh worker starts: a batch job's walltime runs from its
-        start, so a quarter of the lifetime at most (the successor's own lifetime stays long)."""
+        start, so a quarter of the lifetime at most (the successor's own lifetime stays long). With
+        no lifetime a handoff is due only because the worker is being preempted, and it is due now."""
         from tianji_dask.config.sections import duration_s
 
-        return min(HANDOFF_LEAD_S, duration_s(self.plan.pipeline.cluster.learner_lifetime, "learner_lifetime") / 4)
+        lifetime = self.plan.pipeline.cluster.learner_lifetime
+        if lifetime is None:
+            return 0.0
+        return min(HANDOFF_LEAD_S, duration_s(lifetime, "learner_lifetime") / 4)
 
     def _start_fresh_learner(self) -> str:
         """Start a fresh LEARNER worker (a batch job, or an embedded worker process); its name."""
