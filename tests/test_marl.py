@@ -182,7 +182,9 @@ def test_spread_pipeline_runs_on_the_cluster(tianji_client, tmp_path):
         "algo.config.learning_starts": 400, "stop.max_env_steps": 1_200, "stop.max_seconds": 120})
     results = run.start().wait()
     assert results["error"] is None and results["stop_reason"] == "max_env_steps"
-    assert results["chunks"] >= 6 and results["chunks_lost"] == 0
+    # none lost to a fault: a chunk still in flight when the step budget stops the run may be cancelled
+    assert results["chunks"] >= 6 and results["chunk_accounting"]["balanced"]
+    assert all(lost["reason"] == "cancelled at stop" for lost in results["lost"]), results["lost"]
     # up to 0.25 updates per env step past the warm-up of 400; the stop may come before the learner catches up
     assert 20 <= results["updates"] <= 0.25 * (results["env_steps"] - 400) + 1
     assert results["episodes"] >= 40 and results["final_mean_return"] < 0
