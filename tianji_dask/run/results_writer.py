@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,6 +127,28 @@ def after_cluster_lost(lost, found: list[dict | None], p: Pipeline, *, run_id: s
                    error=(f"{lost}; {wrote} of {len(found)} learners wrote a checkpoint and their books as they "
                           f"closed; {resume_hint(out, p)}"))
     return results, episodes, chunks, replay
+
+
+def driver_fault(err: BaseException) -> dict:
+    """What the driver's own supervision raised (a fault of this code, or of the caller's
+    ``on_status``; not of the cluster): its one line, and its traceback, taken while it is handled."""
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    return {"line": f"driver: {type(err).__name__}: {first}", "traceback": traceback.format_exc()}
+
+
+def record_driver_fault(results: dict, fault: dict, out: Path, p: Pipeline) -> None:
+    """The driver's fault in the results (``stop_reason: driver_error``): the line names it, says
+    the driver stopped the run, and how to go on; its traceback goes to ``error.txt``, before any
+    learner's."""
+    after = results.get("error") or resume_hint(out, p)
+    results.update(stop_reason="driver_error", error=f"{fault['line']}; the driver stopped the run; {after}")
+    path = Path(out) / "error.txt"
+    try:
+        earlier = path.read_text() if results.get("error_file") else ""
+        path.write_text(f"{results['error']}\n\n{fault['traceback']}" + (f"\n{earlier}" if earlier else ""))
+    except OSError:
+        return  # the one line is still in the results
+    results["error_file"] = "error.txt"
 
 
 def resume_hint(out: Path, p: Pipeline) -> str:
