@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import time
 
@@ -300,3 +301,34 @@ def test_a_call_ctrl_c_interrupted_before_it_began_leaves_no_traceback_from_the_
             except Exception:
                 logger.exception("Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f18>)")
     assert [type(r.exc_info[1]).__name__ for r in seen] == ["ValueError"]
+
+
+def test_a_clusters_close_keeps_distributeds_lines_below_the_run_s_level_on_the_terminal():
+    from tianji_dask.launch.cluster import Opened
+
+    # the terminal handler distributed's default config gives its logger outside pytest, at INFO
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s - %(levelname)s - %(message)s"))
+    logging.getLogger("distributed").addHandler(handler)
+    try:
+        cluster = LocalCluster(n_workers=0, processes=False, dashboard_address=":0", silence_logs=logging.ERROR)
+        opened = Opened(Client(cluster), cluster, log_level=logging.ERROR)
+        close = cluster.close
+
+        def close_then_a_comm_logs(*args, **kwargs):
+            close(*args, **kwargs)
+            # the cluster has put its handlers' level back; a comm to a worker gone logs as it closes
+            assert handler.level < logging.ERROR
+            logging.getLogger("distributed.batched").info("Batched Comm Closed <TCP (closed)>", exc_info=True)
+            logging.getLogger("distributed.batched").error("an error of the close still shows")
+
+        cluster.close = close_then_a_comm_logs
+        opened.close()
+        logging.getLogger("distributed.batched").info("after the close: shown again")
+    finally:
+        logging.getLogger("distributed").removeHandler(handler)
+    text = stream.getvalue()
+    assert "Batched Comm Closed" not in text and "an error of the close still shows" in text, text
+    assert [line for line in text.splitlines() if " - INFO - " in line] == [
+        line for line in text.splitlines() if "after the close: shown again" in line], text

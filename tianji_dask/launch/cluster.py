@@ -65,9 +65,7 @@ class Opened:
                 logging.getLogger(__name__).warning("tianji: the dashboard was not built: %s", err)
 
     def close(self) -> None:
-        from distributed.utils import silence_logging_cmgr
-
-        with silence_logging_cmgr(self.log_level):
+        with dask_internals.logs_held_below(self.log_level):
             self.client.close()
             for job in self.learner_jobs:
                 self.cluster.sync(job.close)
