@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import time
@@ -157,27 +156,6 @@ def _not_a_failed_reconnect(record) -> bool:
 
     cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
     return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
-
-
-@contextlib.contextmanager
-def logs_held_below(level: int):
-    """Not public API: a cluster made with ``silence_logs`` lowers the level of distributed's
-    terminal handlers only while it lives, and its close puts back the level it found before its
-    comms are done closing (a batched stream to a worker gone, "Batched Comm Closed" with its
-    traceback). While the body runs, those handlers leave out every record below ``level``,
-    whatever their level is set to meanwhile."""
-    handlers = [h for h in logging.getLogger("distributed").handlers if isinstance(h, logging.StreamHandler)]
-
-    def at_level(record) -> bool:
-        return record.levelno >= level
-
-    for handler in handlers:
-        handler.addFilter(at_level)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(at_level)
 
 
 def quiet_heartbeat_failures():

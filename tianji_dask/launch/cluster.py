@@ -3,6 +3,7 @@ scheduler; and what a run asks of any of them (its LEARNER workers, its worker p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -65,13 +66,34 @@ class Opened:
                 logging.getLogger(__name__).warning("tianji: the dashboard was not built: %s", err)
 
     def close(self) -> None:
-        with dask_internals.logs_held_below(self.log_level):
+        with logs_held_below(self.log_level):
             self.client.close()
             for job in self.learner_jobs:
                 self.cluster.sync(job.close)
             self.learner_jobs = []
             if self.cluster is not None:
                 self.cluster.close()
+
+
+@contextlib.contextmanager
+def logs_held_below(level: int):
+    """A cluster made with ``silence_logs`` lowers the level of distributed's terminal handlers
+    only while it lives: its close puts back the level it found before its comms are done closing
+    (a batched stream to a worker gone logs "Batched Comm Closed" with its traceback). While the
+    body runs, those handlers leave out every record below ``level``, whatever their level is set
+    to meanwhile."""
+    handlers = [h for h in logging.getLogger("distributed").handlers if isinstance(h, logging.StreamHandler)]
+
+    def at_level(record) -> bool:
+        return record.levelno >= level
+
+    for handler in handlers:
+        handler.addFilter(at_level)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(at_level)
 
 
 def open_cluster(cluster_config, explorers: int, explorer_workers: int, learners: int, explorer_threads: int = 1,
