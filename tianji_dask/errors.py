@@ -2,6 +2,12 @@
 before it imports anything heavy."""
 
 
+def first_line(err: BaseException, chars: int = 300) -> str:
+    """An exception as one line: its type and the first line of its message (``chars`` at most)."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text[:chars]}" if text else type(err).__name__
+
+
 class PipelineError(ValueError):
     """A user-caused configuration error; ``str()`` is the one line to show."""
 

@@ -12,7 +12,7 @@ import sys
 from tianji_dask.cli.output import command_lines
 from tianji_dask.cli.parser import build_parser, overrides
 from tianji_dask.cli.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Invocation
-from tianji_dask.errors import PipelineError, RunFault  # not config: it imports torch, and the CLI starts first
+from tianji_dask.errors import PipelineError, RunFault, first_line  # not config: it imports torch, and the CLI starts first
 
 
 def main(argv=None) -> int:
@@ -55,8 +55,7 @@ def _command(argv) -> int:
         print(f"tianji-dask: error: {err}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - a fault with no line of its own: one line, its traceback in a file
-        first = (str(err).strip().splitlines() or [""])[0][:300]
-        print(f"tianji-dask: error: {type(err).__name__}: {first} (traceback: {invocation.keep_traceback()})",
+        print(f"tianji-dask: error: {first_line(err)} (traceback: {invocation.keep_traceback()})",
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # while starting, or a second Ctrl-C (or SIGTERM) during the clean stop

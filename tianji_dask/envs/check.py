@@ -17,12 +17,12 @@ import numpy as np
 
 from tianji_dask.envs.marl import is_parallel_env_id
 from tianji_dask.envs.vector import env_spec, make_single_env, make_vec_env, vectorization_mode
+from tianji_dask.errors import first_line
 
 #: spaces whose observations are arrays of the space's shape
 SHAPED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 #: what check_env says of every env gym.make wraps (order enforcing, the passive checker): not the env's
 NOT_THE_ENVS = ("is different from the unwrapped version",)
-MESSAGE_CHARS = 300
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -45,11 +45,6 @@ class Probe:
     @property
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         return self.observation_space, self.action_space
-
-
-def first_line(err: BaseException) -> str:
-    text = (str(err).strip().splitlines() or [""])[0]
-    return f"{type(err).__name__}: {text[:MESSAGE_CHARS]}" if text else type(err).__name__
 
 
 def _stage(stage: str, fn, *args, **kwargs):

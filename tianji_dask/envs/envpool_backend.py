@@ -29,6 +29,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from tianji_dask.envs.simulate import KEYS as SIMULATED
+from tianji_dask.errors import first_line
 
 INSTALL = "pip install 'tianji-dask[envpool]'"
 #: EnvPool config keys the rollout sets itself, or that would change how the pool steps
@@ -99,8 +100,7 @@ def resolve(value, register_spec, wrappers, kwargs_sets) -> str:
         try:
             spec = envpool.make_spec(task_id, **kwargs)
         except Exception as err:  # noqa: BLE001 - whatever EnvPool's spec refuses, in one line
-            line = (str(err).strip().splitlines() or [""])[0][:200]
-            raise ValueError(f"env.kwargs: envpool's {task_id} refused {kwargs} ({type(err).__name__}: {line})") from None
+            raise ValueError(f"env.kwargs: envpool's {task_id} refused {kwargs} ({first_line(err, 200)})") from None
         with _quiet():
             spaces = (("observation", spec.gymnasium_observation_space), ("action", spec.gymnasium_action_space))
         for name, space in spaces:

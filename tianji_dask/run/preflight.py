@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from tianji_dask.envs.check import EnvCheckError, first_line, probe_env, probe_pickled
-from tianji_dask.errors import PipelineError
+from tianji_dask.envs.check import EnvCheckError, probe_env, probe_pickled
+from tianji_dask.errors import PipelineError, first_line
 
 logger = logging.getLogger("tianji_dask.preflight")
 WORKER_TIMEOUT_S = 120

@@ -15,7 +15,7 @@ import numpy as np
 from tianji_dask.config import Pipeline
 from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS, write_results
 from tianji_dask.core.stop import StopRules
-from tianji_dask.errors import RunFault, SchedulerLost
+from tianji_dask.errors import RunFault, SchedulerLost, first_line
 from tianji_dask.run.groups import pool_results
 from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
@@ -132,8 +132,7 @@ def after_cluster_lost(lost, found: list[dict | None], p: Pipeline, *, run_id: s
 def driver_fault(err: BaseException) -> dict:
     """What the driver's own supervision raised (a fault of this code, or of the caller's
     ``on_status``; not of the cluster): its one line, and its traceback, taken while it is handled."""
-    first = (str(err).strip().splitlines() or [""])[0][:300]
-    return {"line": f"driver: {type(err).__name__}: {first}", "traceback": traceback.format_exc()}
+    return {"line": f"driver: {first_line(err)}", "traceback": traceback.format_exc()}
 
 
 def record_driver_fault(results: dict, fault: dict, out: Path, p: Pipeline) -> None:
