@@ -12,14 +12,43 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "gymnasium", "distributed")
 STEPS = ["import_s", "checked_s", "cluster_s", "learner_built_s", "first_chunk_s"]
 
 
 def test_the_cli_imports_neither_torch_nor_distributed_before_it_starts_the_workers():
-    # the forkserver imports them on another core while the CLI process does (cli_train._start_workers_early)
-    code = "import sys, tianji_dask.cli; print(sorted(m for m in ('torch', 'distributed', 'gymnasium') if m in sys.modules))"
+    # the forkserver imports them on another core while the CLI process does (cli/train.py, start_workers_early)
+    code = f"import sys, tianji_dask.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+#: a CLI command up to the moment it starts the forkserver, which it then ends: what the command's
+#: own process had imported by then
+AT_FORKSERVER_START = """
+import sys
+from tianji_dask.launch import forkserver
+
+def start(verbose=False):
+    print("at start:", sorted(m for m in {heavy!r} if m in sys.modules), flush=True)
+    raise SystemExit(0)
+
+forkserver.start = start
+from tianji_dask.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize("argv", [["train", "cartpole_ppo"], ["train", "--env", "CartPole-v1", "--algo", "ppo"],
+                                  ["train", "cartpole_ppo", "--seeds", "0", "1"]], ids=["pipeline", "env-algo", "seeds"])
+def test_the_cli_starts_the_forkserver_before_it_imports_torch_gymnasium_or_distributed(argv):
+    # the mechanism start-up rests on: the forkserver imports them on another core while the CLI
+    # process does; started after them, the two imports run one after the other (4b49fbb did,
+    # through one import of tianji_dask.run, and start-up took 1.2 s more)
+    code = AT_FORKSERVER_START.format(heavy=HEAVY, argv=argv)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "at start: []" in proc.stdout.splitlines(), proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_a_cli_run_records_each_step_of_its_start_in_order(cli_training_run):

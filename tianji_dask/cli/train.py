@@ -23,11 +23,9 @@ def start_workers_early(settings: dict, verbose: bool = False) -> float:
     was ready: its own imports done, its arguments parsed."""
     t_ready = time.time()
     if settings.get("mode") != "single" and settings.get("cluster.kind", "local") == "local":
-        from tianji_dask.launch import forkserver
-        from tianji_dask.run import quiet
+        from tianji_dask.launch import forkserver  # nothing heavy: tianji_dask.run would import torch
 
-        quiet.quiet_resource_tracker(verbose)  # the forkserver starts the resource tracker
-        forkserver.start()
+        forkserver.start(verbose)
     return t_ready
 
 

@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 
 PRELOAD = ["tianji_dask.launch.worker_imports"]
@@ -27,6 +28,10 @@ SWITCH = "TIANJI_FORK_WORKERS"
 #: allocates is then mapped and unmapped afresh, and a MinAtar PPO update took 1.5x as long in a
 #: worker as in a plain process (benchmarks/worker_environ.py).
 LEFT_OUT = {"MALLOC_TRIM_THRESHOLD_"}
+#: the warning multiprocessing's resource tracker prints when the process that started it dies
+#: with semaphores of its cluster's processes still registered (a SIGKILLed driver): Python's
+#: cleanup of them, not the run's news
+RESOURCE_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 
 
 def _set_by_user(name: str) -> bool:
@@ -51,16 +56,27 @@ def left_out_config() -> dict:
     return {f"distributed.nanny.pre-spawn-environ.{k}": None for k in LEFT_OUT if not _set_by_user(k)}
 
 
+def quiet_resource_tracker(verbose: bool) -> None:
+    """Keep the resource tracker's leaked-semaphore warning off the terminal: the tracker, a
+    process of its own started with the interpreter's ``-W`` options (``sys.warnoptions``),
+    outlives a driver killed outright and writes to the same terminal. Call before the first
+    process of a cluster starts (the tracker starts with it, or with this forkserver)."""
+    if not verbose and RESOURCE_TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(RESOURCE_TRACKER_WARNING)
+
+
 def available() -> bool:
     return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(SWITCH, "1") != "0"
 
 
-def start() -> bool:
+def start(verbose: bool = False) -> bool:
     """Start the forkserver with ``PRELOAD`` unless one runs already, and return at once: it
     imports in the background, and the first worker to fork waits for it. False with
-    ``TIANJI_FORK_WORKERS=0`` and where there is no forkserver (Windows): workers are spawned."""
+    ``TIANJI_FORK_WORKERS=0`` and where there is no forkserver (Windows): workers are spawned.
+    The resource tracker it starts keeps its warning quiet unless ``verbose``."""
     if not available():
         return False
+    quiet_resource_tracker(verbose)
     from multiprocessing import forkserver
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)

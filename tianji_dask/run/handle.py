@@ -16,6 +16,7 @@ from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_pa
 from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller import settings as controller_settings
+from tianji_dask.launch import forkserver
 from tianji_dask.run import provenance, quiet, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
@@ -194,7 +195,7 @@ class Run(RunEnding):
         """Start (or join) the cluster and the learners; returns at once, the run training."""
         if self._backend is not None:
             raise RuntimeError("start: this run has already started")
-        quiet.quiet_resource_tracker(self.verbose)
+        forkserver.quiet_resource_tracker(self.verbose)
         with quiet.kept_quiet(self.verbose):
             self._start()
         moved = quiet.dashboard_moved(self.pipeline.cluster.dashboard_address, self.dashboard_link) if self.cluster else None

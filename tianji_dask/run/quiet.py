@@ -37,21 +37,6 @@ def kept_quiet(verbose: bool):
         yield
 
 
-#: the warning multiprocessing's resource tracker prints when the process that started it dies
-#: with semaphores of its cluster's processes still registered (a SIGKILLed driver): Python's
-#: cleanup of them, not the run's news
-RESOURCE_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
-
-
-def quiet_resource_tracker(verbose: bool) -> None:
-    """Keep the resource tracker's leaked-semaphore warning off the terminal: the tracker, a
-    process of its own started with the interpreter's ``-W`` options (``sys.warnoptions``),
-    outlives a driver killed outright and writes to the same terminal. Call before the first
-    process of a cluster starts (the tracker starts with it)."""
-    if not verbose and RESOURCE_TRACKER_WARNING not in sys.warnoptions:
-        sys.warnoptions.append(RESOURCE_TRACKER_WARNING)
-
-
 def dashboard_moved(wanted: str | None, link: str | None) -> tuple[int, int] | None:
     """(wanted, taken) when a cluster the run started could not have the dashboard port it asked for."""
     from urllib.parse import urlsplit
