@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tianji_dask.cli import main
+from tianji_dask.dataflow import keys
 from tianji_dask.run import attach
 from helpers import external_cluster, spawn, wait_for
 
@@ -92,7 +93,7 @@ def test_attach_refuses_a_second_driver_and_leaves_the_run_alone(tmp_path, capsy
         line = _refused(capsys, d)
         assert "has a driver attached already" in line and scheduler.id in line
         # the refused driver ended nothing: the run's state is still published, its task still held
-        assert attach.dataset_name("feed0002") in scheduler.list_datasets()
+        assert keys.run_dataset_name("feed0002") in scheduler.list_datasets()
         del future
         assert scheduler.run_on_scheduler(lambda dask_scheduler: "tianji-test-learner" in dask_scheduler.tasks)
     finally:
@@ -125,7 +126,7 @@ def test_a_killed_driver_leaves_the_run_training_and_attach_ends_it(tmp_path, ca
             run_id = wait_for("the run file", lambda: run_file.is_file() and json.loads(run_file.read_text())["run_id"],
                               120, log_path)
             client = Client(address)
-            name = attach.dataset_name(run_id)
+            name = keys.run_dataset_name(run_id)
             wait_for("the run's state published", lambda: name in client.list_datasets(), 120, log_path)
             wait_for("a few seconds of training", lambda: (_state(client, run_id)["learner_version"] or 0) >= 200, 60, log_path)
             first_driver = _driver_of(client, run_id)

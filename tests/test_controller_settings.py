@@ -88,3 +88,21 @@ def test_the_window_floor_reads_the_same_line_live_and_in_a_pipeline(name):
         Run("cartpole_ppo", overrides={**floor, f"controller.{name}": 2})
     assert str(live.value) == f"{name}: must be >= 3, the chunks one ppo update needs (a smaller window deadlocks; got 2)"
     assert str(pipeline.value) == f"controller.{live.value}"
+
+
+def test_law_settings_resolve_every_default_the_replay_band_included():
+    from tianji_dask.dataflow.controller.settings import LawSettings
+
+    given = ControllerConfig().model_dump()  # every setting at its default: replay_ratio auto
+    resolve = dict(relaxed=True, explorers=2, chunks_per_update=1)
+    assert LawSettings.resolve(given, **resolve, own_replay_ratio=16.0).replay_ratio == (8.0, 32.0)  # [r/2, 2r]
+    assert LawSettings.resolve(given, **resolve).replay_ratio is None  # an algorithm that does not replay
+    band = {**given, "replay_ratio": (1, 4)}
+    assert LawSettings.resolve(band, **resolve, own_replay_ratio=16.0).replay_ratio == (1.0, 4.0)
+    assert LawSettings.resolve({**given, "replay_ratio": None}, **resolve, own_replay_ratio=16.0).replay_ratio is None
+    law = LawSettings.resolve(given, **resolve, own_replay_ratio=16.0)
+    assert (law.window, law.window_min, law.window_max, law.gain) == (2, 1, 16, BY_NAME["gain"].default)
+    lockstep = LawSettings.resolve(given, relaxed=False, explorers=3, chunks_per_update=1, own_replay_ratio=16.0)
+    assert (lockstep.window, lockstep.window_min, lockstep.window_max, lockstep.replay_ratio) == (3, 3, 3, None)
+    assert LawSettings.from_wire(law.to_wire()) == law
+    assert list(law.values()) == [s.name for s in SETTINGS] and law.values()["replay_ratio"] == [8.0, 32.0]

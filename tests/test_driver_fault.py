@@ -7,7 +7,7 @@ import json
 from tianji_dask.cli import main
 from tianji_dask.core import checkpoint
 from tianji_dask.run import Run
-from tianji_dask.run.handle import Run as RunHandle
+from tianji_dask.run.ending import Ending
 
 
 def _version_of(path) -> int:
@@ -42,7 +42,7 @@ def test_an_on_status_that_raises_stops_the_run_and_its_results_and_checkpoint_a
 
 
 def test_the_cli_says_a_driver_fault_in_one_line_and_writes_the_results(tmp_path, capsys, monkeypatch):
-    pooled = RunHandle._pooled
+    pooled = Ending.pooled
 
     def failing(self, reports):  # a bug in the driver's supervision, once the learner has trained a little
         status = pooled(self, reports)
@@ -50,7 +50,7 @@ def test_the_cli_says_a_driver_fault_in_one_line_and_writes_the_results(tmp_path
             raise KeyError("workers")
         return status
 
-    monkeypatch.setattr(RunHandle, "_pooled", failing)
+    monkeypatch.setattr(Ending, "pooled", failing)
     out = tmp_path / "cli"
     code = main(["train", "cartpole_ppo", "--mode", "single", "--out", str(out), "--quiet",
                  "--set", "stop.target_return=null", "--set", "stop.max_updates=1000", "--set", "checkpoint.every_versions=2"])
@@ -63,4 +63,4 @@ def test_the_cli_says_a_driver_fault_in_one_line_and_writes_the_results(tmp_path
     assert f"`tianji-dask resume {out}` continues" in lines[0] and f"(traceback: {out / 'error.txt'})" in lines[0]
     results = json.loads((out / "results.json").read_text())
     assert results["stop_reason"] == "driver_error" and results["final_version"] >= 6
-    assert "stopped: driver_error" in captured.out and f"tianji-dask: results {out / 'results.json'}" in captured.out
+    assert "finished (no target): stopped by an error in the driver after " in captured.out and f"tianji-dask: results {out / 'results.json'}" in captured.out

@@ -108,7 +108,9 @@ def _reaches(name: str) -> set[str]:
                            "tianji_dask.cli", "tianji_dask.config", "tianji_dask.core")),
     ("tianji_dask.dataflow", ("tianji_dask.algos.", "tianji_dask.run", "tianji_dask.cli", "tianji_dask.config")),
     ("tianji_dask.core", ("dask", "distributed", "tianji_dask.dataflow", "tianji_dask.run", "tianji_dask.launch",
-                          "tianji_dask.cli", "tianji_dask.config")),
+                          "tianji_dask.cli", "tianji_dask.config", "tianji_dask.observe")),
+    # the explorer side knows the controller only through the keys it is given (dataflow/keys.py)
+    ("tianji_dask.dataflow.explorer", ("tianji_dask.dataflow.controller",)),
     ("tianji_dask.chunk", ("dask", "distributed", "torch")),
     ("tianji_dask.callbacks", ("dask", "distributed", "tianji_dask.dataflow", "tianji_dask.run", "tianji_dask.launch",
                                "tianji_dask.cli")),
@@ -121,3 +123,54 @@ def test_each_layer_imports_only_what_it_may(scope, forbidden):
             bad += [f"{name} imports {m}" for m in sorted(_reaches(name))
                     if any(m == f or m.startswith(f if f.endswith(".") else f + ".") for f in forbidden)]
     assert not bad, "; ".join(bad)
+
+
+KEYS = "tianji_dask.dataflow.keys"
+#: the command's and the distribution's name, in messages, pip extras and temporary files: no key
+COMMAND = "tianji-dask"
+#: literals outside keys.py that start with "tianji-" and are no key or name the run gives Dask,
+#: each with why; (file, literal): for an f-string, its constant start
+NOT_KEYS = {
+    ("tianji_dask/core/compile.py", "tianji-compile"): "the compiling thread's name (compile.THREAD_NAME)",
+    ("tianji_dask/dataflow/learner/actor.py", "tianji-learner"): "the learner actor's thread's name",
+    ("tianji_dask/dataflow/direct/sink.py", "tianji-sink-"): "the direct sink's abstract Unix socket, not Dask's",
+    ("tianji_dask/dataflow/direct/sink.py", "tianji-chunk-sink"): "the sink's listening thread's name",
+    ("tianji_dask/dataflow/direct/sink.py", "tianji-chunk-sink-conn"): "the sink's reading threads' name",
+    ("tianji_dask/callbacks/runner.py", "tianji-callbacks"): "the callbacks' thread's name",
+    ("tianji_dask/run/backend.py", "tianji-single"): "single mode's training thread's name",
+    ("tianji_dask/run/picture.py", "tianji-learning-curve"): "the thread drawing learning_curve.png",
+    ("tianji_dask/sweeps/driver.py", "tianji-trial-"): "the thread watching a trial (study.watch)",
+    ("tianji_dask/sweeps/pbt.py", "tianji-pbt-"): "the thread watching a PBT member (study.watch)",
+    ("tianji_dask/sweeps/study.py", "tianji-sweep"): "the Optuna study's name (study.STUDY_NAME)",
+}
+
+
+def _tianji_literals(path: Path) -> list[tuple[str, int]]:
+    """Every string constant in ``path`` starting with ``tianji-`` (an f-string's constant parts
+    included), but the command's name: (literal, line)."""
+    return [(node.value, node.lineno) for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tianji-")
+            and not node.value.startswith(COMMAND)]
+
+
+def test_every_dask_key_and_name_is_spelled_in_keys_py_only():
+    """A key the run gives Dask (a task's, a scattered value's, a worker plugin's, a worker's, a
+    batch job's) is made and parsed in dataflow/keys.py, which the chaos harness, the dashboard
+    and the tests rely on: a ``"tianji-`` literal anywhere else is one of NOT_KEYS."""
+    found = {(str(path.relative_to(ROOT)), literal): line for name, path in MODULES.items() if name != KEYS
+             for literal, line in _tianji_literals(path)}
+    stray = [f"{path}:{line} {literal!r}" for (path, literal), line in sorted(found.items()) if (path, literal) not in NOT_KEYS]
+    assert not stray, "key literals outside dataflow/keys.py (make them there, or list a non-key in NOT_KEYS): " + "; ".join(stray)
+    stale = sorted(set(NOT_KEYS) - set(found))
+    assert not stale, f"NOT_KEYS entries no longer in the source: {stale}"
+
+
+def test_keys_py_imports_only_the_standard_library_and_says_each_form():
+    import sys
+
+    imported = {module.partition(".")[0] for module, _, _ in _imports(KEYS)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, f"keys.py imports {sorted(imported)}"
+    tree = ast.parse(MODULES[KEYS].read_text())
+    docs = {f.name: ast.get_docstring(f) or "" for f in tree.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
+    bad = sorted(name for name, doc in docs.items() if "\n" in doc or "``" not in doc)
+    assert docs and not bad, f"keys.py functions without a one-line docstring giving their key's form (``...``): {bad}"

@@ -20,7 +20,8 @@ from tianji_dask.core.learner_core import LearnerCore
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller.plugin import StalenessController
-from tianji_dask.dataflow.explorer.pool import EnvPool, pool_name
+from tianji_dask.dataflow.explorer.pool import EnvPool
+from tianji_dask.dataflow.keys import pool_name
 from tianji_dask.dataflow.learner.admission import AdmissionClient
 from tianji_dask.dataflow.learner.fusion import FusionClient
 from tianji_dask.dataflow.learner.spec import FusionSpec

@@ -88,9 +88,9 @@ def test_stream_seeds_from_the_chunks_or_the_rule():
     rows = np.zeros((4, len(REPLAY_FIELDS)))
     rows[:, REPLAY_FIELDS.index("stream")] = [1, 0, 1, 1]
     rows[:, REPLAY_FIELDS.index("env_seed")] = [11, 7, 11, 12]  # stream 1's envs rebuilt once
-    record = stream_seeds(p, 0, [{"replay": rows}])
+    record = stream_seeds(p, 0, [{"replay_log": rows}])
     assert record == {"run": 4, "env_base": 4, "streams": {"0": [7], "1": [11, 12]}, "from": "chunks"}
-    single = stream_seeds(load_pipeline("cartpole_ppo", overrides={"seed": 4, "mode": "single"}), 7919, [{"replay": None}])
+    single = stream_seeds(load_pipeline("cartpole_ppo", overrides={"seed": 4, "mode": "single"}), 7919, [{"replay_log": None}])
     assert single["streams"] == {"0": [stream_seed(4 + 7919, 0)], "1": [stream_seed(4 + 7919, 1)]}
     grouped = stream_seeds(load_pipeline("cartpole_ppo", overrides={"groups": 2}), 0, [{}, {}])
     assert grouped["streams"] is None and grouped["run"] == 0

@@ -26,7 +26,7 @@ def _cli(*args, timeout=300):
 def test_two_runs_train_at_once_on_one_cluster_each_with_its_own_books_learner_and_explorers(tmp_path):
     from distributed import Client
 
-    from tianji_dask.dataflow.explorer.pool import POOL_PREFIX
+    from tianji_dask.dataflow.keys import is_pool_name
     from tianji_dask.launch.cluster import local_cluster
     from tianji_dask.run.handle import Run
     from tianji_dask.launch.cluster import learner_workers
@@ -56,7 +56,7 @@ def test_two_runs_train_at_once_on_one_cluster_each_with_its_own_books_learner_a
         for t in threads:
             t.join(120)
         both = client.sync(client.scheduler.tianji_runs)
-        plugins = client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if n.startswith(POOL_PREFIX)))
+        plugins = client.run(lambda dask_worker: sorted(n for n in dask_worker.plugins if is_pool_name(n)))
     finally:
         client.close()
         cluster.close()

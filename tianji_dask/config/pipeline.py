@@ -165,10 +165,6 @@ class Pipeline(StrictModel):
     def algo_config(self):
         return validate_config(self.algo.cls, self.algo.config)
 
-    @property
-    def window(self) -> int:
-        return self.controller.window or self.explorers
-
 
 def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | None = None) -> Pipeline:
     """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""

@@ -30,10 +30,10 @@ class Final:
     results: dict
     episodes: np.ndarray
     chunks: np.ndarray
-    replay: np.ndarray | None = None  # the replay log's rows (replay_log.REPLAY_FIELDS)
+    replay_log: np.ndarray | None = None  # the exact-replay log's rows (exact_replay_log.REPLAY_FIELDS)
 
     def as_dict(self) -> dict:
-        return {"results": self.results, "episodes": self.episodes, "chunks": self.chunks, "replay": self.replay}
+        return {"results": self.results, "episodes": self.episodes, "chunks": self.chunks, "replay_log": self.replay_log}
 
 
 class LearnerCore:
@@ -66,11 +66,7 @@ class LearnerCore:
         self.env_errors = EnvErrors(spec.env_max_errors)
         self.error: str | None = None
         self.error_detail: str | None = None  # the traceback behind error, when there is one
-        self._tensorboard = None
-        if spec.tensorboard_dir:
-            from tianji_dask.observe.tensorboard import ScalarLog
-
-            self._tensorboard = ScalarLog(spec.tensorboard_dir)
+        self._tensorboard = None if spec.scalar_log is None else spec.scalar_log()
         self.callbacks = None  # a CallbackRunner when the run has callbacks
         if spec.callbacks is not None:
             from tianji_dask.callbacks.runner import CallbackRunner
@@ -130,6 +126,11 @@ class LearnerCore:
     @property
     def chunks_lost(self) -> int:
         return len(self.ledger.lost)
+
+    @property
+    def chunks_consumed(self) -> int:
+        """Chunks on the books (``consume``), a resumed learner's earlier ones included."""
+        return len(self.ledger.chunk_rows)
 
     def recent_episodes(self) -> list[list[float]]:
         """The last window of training episodes, as [end time, return] (group mode pools them)."""

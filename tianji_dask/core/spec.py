@@ -42,7 +42,9 @@ class CoreSpec:
     checkpoint: CheckpointSettings | None = None
     resume_from: str | None = None
     keep_t_run_start: float | None = None
-    tensorboard_dir: str | None = None
+    #: a picklable zero-argument callable making the run's scalar log, written as the learner goes
+    #: (TensorBoard's: ``observe.tensorboard.ScalarLog``; ``write(status, force)``, ``close()``), None: none
+    scalar_log: Callable | None = None
     #: keep the log an exact re-execution needs (core/exact_replay_log.py): relaxed and lockstep, one group
     replay_log: bool = False
     #: the callbacks this learner calls (on a thread of their own), None: none

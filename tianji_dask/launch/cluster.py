@@ -14,6 +14,7 @@ import dask
 from distributed import Client, LocalCluster
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow import keys
 
 LEARNER, EXPLORER = "LEARNER", "EXPLORER"
 
@@ -228,18 +229,21 @@ def local_cluster(explorer_workers: int, dashboard_address: str | None = ":8787"
     for i in range(learner_workers):
         learner = copy.deepcopy(template)
         learner["options"].update(resources={LEARNER: 1}, memory_limit=0)
-        specs["tianji-learner" if i == 0 else f"tianji-learner-{i}"] = learner
+        specs[keys.learner_worker_name(i)] = learner
     for i in range(explorer_workers):
         explorer = copy.deepcopy(template)
         explorer["options"].update(resources={EXPLORER: explorer_threads}, nthreads=explorer_threads)
-        specs[f"tianji-explorer-{i}"] = explorer
+        specs[keys.explorer_worker_name(i)] = explorer
     if method == "forkserver":
         # for good, not for this block: a Nanny reads it again to restart a lost worker, which forks too
         dask.config.set({"distributed.worker.multiprocessing-method": method})
     try:
         # spawned workers go without forkserver.LEFT_OUT too (each Nanny reads this as it is made)
-        with forkserver.ignoring(signal.SIGINT), dask.config.set(forkserver.left_out_config()):
+        with forkserver.interrupts_held(method), dask.config.set(forkserver.left_out_config()):
             dask_internals.add_workers(cluster, specs)
+    except KeyboardInterrupt:  # a Ctrl-C held while they started: the run stops now that it can
+        cluster.close()
+        raise
     except RuntimeError as err:  # worker processes died as they started, time after time
         cluster.close()
         from tianji_dask.errors import RunFault
@@ -301,7 +305,7 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
         common.update(security=security, protocol="tls://")
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         cluster = cls(
-            cores=jq.cores, memory=jq.memory, job_name="tianji-explorer", worker_extra_args=explorer_args,
+            cores=jq.cores, memory=jq.memory, job_name=keys.EXPLORER_JOB_NAME, worker_extra_args=explorer_args,
             job_extra_directives=jq.job_extra_directives, scheduler_options={"dashboard_address": dashboard_address},
             silence_logs=log_level, **common,
         )
@@ -310,7 +314,7 @@ def jobqueue_cluster(kind: str, jq, explorers: int, dashboard_address: str | Non
     learner_job = learner_job_settings(jq)
     learner_jobs = []
     for i in range(learners):
-        job = dask_internals.jobqueue_job(cluster, f"tianji-learner-{i}", **learner_job)
+        job = dask_internals.jobqueue_job(cluster, keys.learner_job_worker_name(i), **learner_job)
         cluster.sync(job.start)
         learner_jobs.append(job)
     cluster.adapt(minimum_jobs=jq.minimum_jobs, maximum_jobs=jq.maximum_jobs or explorers)
@@ -322,7 +326,7 @@ def learner_job_settings(jq) -> dict:
     directives, the LEARNER resource, and the preload that turns the batch system's SIGTERM into
     a handoff (``launch.preemption``)."""
     return {
-        "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": "tianji-learner",
+        "cores": jq.learner.cores, "memory": jq.learner.memory, "job_name": keys.LEARNER_JOB_NAME,
         "worker_extra_args": ["--resources", f"{LEARNER}=1", "--nthreads", "1", "--memory-limit", "0",
                               "--preload", "tianji_dask.launch.preemption"],
         "job_extra_directives": jq.job_extra_directives + jq.learner.job_extra_directives,

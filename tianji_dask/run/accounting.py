@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow.keys import EXPLORE_TASK_PREFIX
 
 
 def cpu_seconds(client) -> dict | None:
@@ -67,7 +68,7 @@ def dataflow_overhead(client, results: dict, metrics_at_start: dict) -> dict | N
         return None
     explorer = {}
     for key, value in now.items():
-        if key[0] == "execute" and key[1] == "tianji-explore" and key[-1] == "seconds":
+        if key[0] == "execute" and key[1] == EXPLORE_TASK_PREFIX and key[-1] == "seconds":
             explorer[key[2]] = value - metrics_at_start.get(key, 0.0)
     times = [r["learner_time"] for r in results.get("group_results", [results]) if r.get("learner_time")]
     learner_busy = sum(sum(t["seconds"].values()) - t["seconds"].get("wait", 0.0) for t in times)

@@ -13,14 +13,10 @@ import json
 from pathlib import Path
 
 from tianji_dask.core.metrics import atomic_write
+from tianji_dask.dataflow.keys import run_dataset_name
 from tianji_dask.errors import PipelineError
 
 RUN_FILE = "run.json"
-
-
-def dataset_name(run_id: str) -> str:
-    """The name the run's state is published under on the scheduler."""
-    return f"tianji-run-{run_id}"
 
 
 def write_run_file(out: Path, record: dict) -> None:
@@ -59,11 +55,11 @@ def read_run_file(run_dir: Path) -> dict:
 def publish(client, run_id: str, state: dict) -> None:
     """Publish (or replace) the run's state; the futures in it keep their tasks, the learner
     actors, alive without any driver."""
-    client.publish_dataset(state, name=dataset_name(run_id), override=True)
+    client.publish_dataset(state, name=run_dataset_name(run_id), override=True)
 
 
 def unpublish(client, run_id: str) -> None:
-    client.unpublish_dataset(dataset_name(run_id))
+    client.unpublish_dataset(run_dataset_name(run_id))
 
 
 def drive(client, run_id: str) -> str | None:
@@ -75,7 +71,7 @@ def claim(client, run_id: str, address: str, run_dir: Path) -> dict:
     """Become the run's one driver; the state its last driver published. PipelineError in one
     line when the scheduler holds no such run (it finished, or the scheduler started afresh) or
     another driver still drives it."""
-    name = dataset_name(run_id)
+    name = run_dataset_name(run_id)
     gone = (f"attach: no live run {run_id} on the scheduler at {address} (it ended without its results, or the "
             f"scheduler has restarted since); {_resume_hint(run_dir)}")
     if name not in client.list_datasets():

@@ -35,15 +35,16 @@ def as_pipeline(pipeline: PipelineLike, overrides: dict | None) -> Pipeline:
 class Prepared:
     """What the checks learnt, which the run builds its learners from. ``make_algo``: the
     picklable factory every role builds the algorithm with. ``chunks_per_update``: the fewest
-    chunks one update needs (the window's floor). ``replay_ratio``: the controller's [min, max]
-    band, or None. ``reduce_every`` and ``reduce_barrier``: group mode's fusion settings.
-    ``env_spaces``, ``env_warnings``: the env's spaces and its checker's warnings in the driver's
-    pre-flight (``preflight.py``), which an explorer worker's must match."""
+    chunks one update needs (the window's floor). ``own_replay_ratio``: the algorithm's own
+    samples trained per env step (None: it does not replay), which an ``auto`` replay band is
+    resolved around (``LawSettings.resolve``). ``reduce_every`` and ``reduce_barrier``: group
+    mode's fusion settings. ``env_spaces``, ``env_warnings``: the env's spaces and its checker's
+    warnings in the driver's pre-flight (``preflight.py``), which an explorer worker's must match."""
 
     make_algo: Callable
     chunks_per_update: int
     on_policy: bool
-    replay_ratio: list[float] | None
+    own_replay_ratio: float | None
     reduce_every: int
     reduce_barrier: bool
     env_spaces: tuple = ()
@@ -86,12 +87,9 @@ def check_pipeline(p: Pipeline, *, has_client: bool) -> Prepared:
     if c.replay_staleness_target is not None and progress is None:
         raise PipelineError(f"controller.replay_staleness_target: {p.algo.label} does not replay; "
                             "remove replay_staleness_target (staleness_target holds its chunks' staleness)")
-    replay_ratio = None
-    if progress is not None and c.replay_ratio is not None:
-        r = progress["ratio"]  # auto: [r/2, 2r] around the algorithm's own ratio
-        replay_ratio = list(c.replay_ratio) if c.replay_ratio != "auto" else [r / 2, 2 * r]
     return Prepared(
-        make_algo=make_algo, chunks_per_update=chunks_per_update, on_policy=algo.on_policy, replay_ratio=replay_ratio,
+        make_algo=make_algo, chunks_per_update=chunks_per_update, on_policy=algo.on_policy,
+        own_replay_ratio=None if progress is None else progress["ratio"],
         reduce_every=p.reduce.every or (1 if algo.on_policy else 16),
         reduce_barrier=algo.on_policy if p.reduce.barrier is None else p.reduce.barrier,
         env_spaces=(obs_space, act_space), env_warnings=tuple(env_warnings),

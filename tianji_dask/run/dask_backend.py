@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 
-from tianji_dask.dataflow.learner.closing import LearnerCloseGuard, guard_name
-from tianji_dask.dataflow.learner.final_books import read_final
+from tianji_dask.dataflow import keys
+from tianji_dask.dataflow.learner.closing import LearnerCloseGuard
+from tianji_dask.dataflow.learner.finals import read_final
 from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask import dask_internals
 from tianji_dask.errors import LearnerWorkersGone, PipelineError, SchedulerLost
@@ -44,7 +45,7 @@ class DaskBackend(Backend):
     # ---- start ------------------------------------------------------------------------------
     def start(self) -> None:
         from tianji_dask.dataflow.controller.plugin import StalenessController
-        from tianji_dask.dataflow.explorer.pool import EnvPool, pool_name
+        from tianji_dask.dataflow.explorer.pool import EnvPool
         from tianji_dask.launch.cluster import check_roles, default_explorer_workers, open_cluster, stop_active_memory_manager
 
         plan, p = self.plan, self.plan.pipeline
@@ -68,8 +69,8 @@ class DaskBackend(Backend):
         preflight.check_worker(client, plan)  # the env made, stepped and checked on an explorer worker
         client.register_plugin(StalenessController(), name="tianji")
         # a learner whose worker closes under it (its scheduler lost) checkpoints and writes its books first
-        register_worker_plugin(client, name=guard_name(plan.run_id), plugin=LearnerCloseGuard(plan.run_id))
-        register_worker_plugin(client, name=pool_name(plan.run_id), plugin=EnvPool(
+        register_worker_plugin(client, name=keys.closing_guard_name(plan.run_id), plugin=LearnerCloseGuard(plan.run_id))
+        register_worker_plugin(client, name=keys.pool_name(plan.run_id), plugin=EnvPool(
             plan.run_id, p.env.id, p.env.num_envs, p.env.kwargs, plan.prepared.make_algo, p.seed + plan.env_seed,
             explorer_kwargs={eid: p.env_kwargs_for(eid) for eid in streams if p.env_kwargs_for(eid) != p.env.kwargs},
             step_costs={eid: p.step_cost_for(eid) for eid in streams if p.step_cost_for(eid)}))
@@ -82,7 +83,7 @@ class DaskBackend(Backend):
 
             self._reducer_address = learner_workers(client)[0]
             self._reducer_future = client.submit(Reducer, p.groups, actor=True, workers=[self._reducer_address],
-                                                 key=specs.reducer_key(plan.run_id))
+                                                 key=keys.reducer_key(plan.run_id))
             self._reducer = self._reducer_future.result()
         self.learners = self._supervisor()
         try:
@@ -277,7 +278,6 @@ class DaskBackend(Backend):
         pool leaves the workers (on a shared cluster the next runs' pools take the room), and
         what it published (on a scheduler of its own making) goes. Best effort: a cluster that is
         gone has nothing left to free."""
-        from tianji_dask.dataflow.explorer.pool import pool_name
         from tianji_dask.run import attach
 
         try:
@@ -285,8 +285,8 @@ class DaskBackend(Backend):
             if self.outlives_driver:
                 attach.unpublish(self.client, self.plan.run_id)
             if self._opened is None or self._opened.cluster is None:  # a cluster the backend started goes with it
-                self.client.unregister_worker_plugin(pool_name(self.plan.run_id))
-                self.client.unregister_worker_plugin(guard_name(self.plan.run_id))
+                self.client.unregister_worker_plugin(keys.pool_name(self.plan.run_id))
+                self.client.unregister_worker_plugin(keys.closing_guard_name(self.plan.run_id))
         except Exception:  # noqa: BLE001
             pass
 

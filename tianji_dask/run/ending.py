@@ -1,16 +1,22 @@
-"""How a run ends: ``wait`` polls the learners until they are done, the cluster can no longer run
-them, or the driver's own supervision raises; then the results are written from what the learners
-wrote. ``RunEnding`` is that part of ``handle.Run``, whose state it reads."""
+"""How a run ends. ``Ending.wait`` polls a started run's learners until they are done, the cluster
+can no longer run them, or the driver's own supervision raises (``Ended`` says which);
+``Ending.results`` then assembles the run's results from what the learners wrote and what the run
+records of itself (``results_writer.RunRecord``). ``handle.Run`` holds one per start and hands it
+the backend, the stop rules and its ``stop``: nothing here reads the run's own state."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from tianji_dask.errors import ClusterLost, RunFault, SchedulerLost
-from tianji_dask.run import provenance, quiet, results_writer
+import numpy as np
+
+from tianji_dask.core.stop import StopRules
+from tianji_dask.errors import ClusterLost, SchedulerLost
+from tianji_dask.run import legs, results_writer
 from tianji_dask.run.backend import Backend
-from tianji_dask.run.groups import groups_stop_reason
+from tianji_dask.run.groups import groups_stop_reason, pool_status
 from tianji_dask.run.progress import Progress
 
 #: a learner whose worker closes with a lost scheduler has written its books by then (closing.CLOSE_WAIT_S)
@@ -22,120 +28,111 @@ FINALS_LEFT_WAIT_S = 5.0
 STOP_WAIT_S = 60.0
 
 
-class RunEnding:
-    """Waiting for the run's end and writing its results (mixed into ``handle.Run``)."""
+@dataclass
+class Ended:
+    """How the waiting ended: each learner's ``finals`` (None when ``lost``, the ``ClusterLost``
+    that says the cluster can no longer give them), and the driver's own ``fault`` when that came
+    first (``results_writer.driver_fault``)."""
 
-    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status: Callable[[dict], None] | None = None) -> dict:
-        """Block until the run ends (or ``timeout`` s, then stop it); write and return results.
-        ``on_status(status)`` is called with each status; should it raise (or the driver's own
-        supervision), the run is stopped and its results written, ``stop_reason: driver_error``."""
-        if self.results is not None:
-            return self.results
-        backend = self._started()
-        fault = None
-        with quiet.kept_quiet(self.verbose), Progress(self.pipeline.mode, self.progress) as progress:
-            try:
-                lost = self._wait(backend, timeout, poll_s, on_status, progress)
-            except Exception as err:  # noqa: BLE001 - the driver's own fault (or on_status's): the run keeps what it trained
-                fault = results_writer.driver_fault(err)
-                lost = self._stop_after_fault(backend, poll_s)
-        return self._write(fault) if lost is None else self._write_after(lost, fault)
+    finals: list[dict] | None = None
+    lost: ClusterLost | None = None
+    fault: dict | None = None
 
-    def _stop_after_fault(self, backend: Backend, poll_s: float) -> ClusterLost | None:
-        """The driver's supervision raised while the learners train on: stop them and fetch their
-        books (None), or the error that says the cluster can no longer give them."""
+
+class Ending:
+    """Waiting for one started run's end, and its results. ``stop``: the run's, which stops every
+    learner (on the deadline, or when group mode's rules stop the groups)."""
+
+    def __init__(self, backend: Backend, rules: StopRules, groups: int, stop: Callable[[], None]):
+        self.backend, self.rules, self.groups, self._stop = backend, rules, groups, stop
+        self.group_stop: str | None = None  # why the run stopped its groups (group mode)
+        self.last_status: dict | None = None  # the last status a poll brought
+
+    def pooled(self, reports) -> dict:
+        """One status over the learners' reports (group mode pools them), with whether all are done."""
+        status = pool_status([r.status for r in reports], self.rules, self.group_stop)
+        return {**status, "done": all(r.done for r in reports)}
+
+    def wait(self, timeout: float | None, poll_s: float, on_status: Callable[[dict], None] | None,
+             progress: Progress) -> Ended:
+        """Poll until the learners are done, the cluster is lost, or this supervision (or
+        ``on_status``) raises: then the learners are stopped and their books fetched."""
         try:
-            backend.stop()
+            return self._poll(timeout, poll_s, on_status, progress)
+        except Exception as err:  # noqa: BLE001 - the driver's own fault (or on_status's): the run keeps what it trained
+            fault = results_writer.driver_fault(err)
+            ended = self._stop_after_fault(poll_s)
+            ended.fault = fault
+            return ended
+
+    def _stop_after_fault(self, poll_s: float) -> Ended:
+        """The driver's supervision raised while the learners train on: stop them and fetch their
+        books, or the error that says the cluster can no longer give them."""
+        try:
+            self.backend.stop()
         except Exception:  # noqa: BLE001 - a learner that cannot be asked has its books read as its worker closed
             pass
         deadline = time.time() + STOP_WAIT_S
         try:
-            while None in (finals := backend.finals()):  # each learner's, once it has stopped
+            while None in (finals := self.backend.finals()):  # each learner's, once it has stopped
                 if time.time() >= deadline:
-                    return ClusterLost(f"learner: not stopped {STOP_WAIT_S:.0f} s after the driver asked")
+                    return Ended(lost=ClusterLost(f"learner: not stopped {STOP_WAIT_S:.0f} s after the driver asked"))
                 time.sleep(poll_s)
         except ClusterLost as lost:
-            return lost
-        self._finals = finals
-        return None
+            return Ended(lost=lost)
+        return Ended(finals=finals)
 
-    def _wait(self, backend: Backend, timeout: float | None, poll_s: float, on_status, progress: Progress
-              ) -> ClusterLost | None:
-        """Poll the learners until they are done (None) or the cluster can no longer run them (that error)."""
+    def _poll(self, timeout: float | None, poll_s: float, on_status, progress: Progress) -> Ended:
         deadline = None if timeout is None else time.time() + timeout
         stopped = False
         while True:
             # waits up to poll_s in the learners, which answer at once when they finish
             try:
-                reports = backend.reports(poll_s)
+                reports = self.backend.reports(poll_s)
             except ClusterLost as lost:
-                return lost
+                return Ended(lost=lost)
             if reports is None:
                 continue  # a learner was rebuilt: ask again
-            status = self._last_status = self._pooled(reports)
+            status = self.last_status = self.pooled(reports)
             progress(status)
             if on_status is not None:
                 on_status(status)
             if status.get("done"):
                 try:
-                    self._finals = backend.finals()
+                    return Ended(finals=self.backend.finals())
                 except ClusterLost as lost:
-                    return lost
-                return None
-            if not stopped and self.pipeline.groups > 1:
-                self._group_stop = self._group_stop or groups_stop_reason(status, [r.status for r in reports], self._rules)
-                if self._group_stop:
-                    self.stop()
+                    return Ended(lost=lost)
+            if not stopped and self.groups > 1:
+                self.group_stop = self.group_stop or groups_stop_reason(status, [r.status for r in reports], self.rules)
+                if self.group_stop:
+                    self._stop()
                     stopped = True
             if deadline is not None and time.time() > deadline and not stopped:
-                self.stop()
+                self._stop()
                 stopped = True
 
-    def _record(self) -> dict:
-        """What the results record of the run's origins (read as it started; an attached run's now)."""
-        return {"provenance": self._provenance or provenance.at_start(self.pipeline, self.source), "env_seed": self._env_seed}
-
-    def _write(self, fault: dict | None = None) -> dict:
-        backend = self._backend
-        results, episodes, chunks, replay = results_writer.assemble(
-            self._finals, self.pipeline, run_id=self.run_id, rules=self._rules, group_stop=self._group_stop,
-            fusion=backend.fusion, startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start,
-            **self._record())
-        results["error_file"] = results_writer.move_tracebacks(results, self.out)
-        if fault is not None:
-            results_writer.record_driver_fault(results, fault, self.out, self.pipeline)
-        results.update(backend.figures(results))
-        try:
-            self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
-        except RunFault:
-            self.results = results  # still the caller's, in memory
-            self.close()
-            raise
-        self.results = results
-        t_written = time.time()
-        self.close()
-        t_stop = results["t_run_start"] + results["wall_s"]
-        self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
-        return results
-
-    def _write_after(self, lost: ClusterLost, fault: dict | None = None) -> dict:
-        """The cluster can no longer run the learners (its scheduler lost, its workers with it; or
-        no learner worker left): the results from what each learner wrote as its worker closed
-        (or what this driver last heard), and the line that says so and how to go on (after the
-        driver's own ``fault``'s, when that came first)."""
-        backend = self._backend
-        wait_s = FINALS_WAIT_S if isinstance(lost, SchedulerLost) else FINALS_LEFT_WAIT_S
-        results, episodes, chunks, replay = results_writer.after_cluster_lost(
-            lost, backend.finals_left(wait_s), self.pipeline, run_id=self.run_id, rules=self._rules,
-            out=self.out, last_status=self._last_status, t_run_start=backend.learners.t_run_start or time.time(),
-            startup={**self._startup, **backend.startup}, t_process_start=self.t_process_start, **self._record())
-        results["learner_restarts"] = backend.learners.restarts
-        if not isinstance(lost, SchedulerLost):  # the controller's books are still on its scheduler
-            results.update(backend.controller_figures(results) or {})
-        if fault is not None:
-            results_writer.record_driver_fault(results, fault, self.out, self.pipeline)
-        backend.abandon()
-        self.results = results
-        self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
-        self.close()
-        return results
+    def results(self, record: results_writer.RunRecord, ended: Ended
+                ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(results, episodes, chunks, replay log) of the ended run, not yet written: from the
+        learners' finals; or, the cluster lost, from what each learner wrote as its worker closed
+        (or what this driver last heard), with the line that says so and how to go on (after the
+        driver's own fault's, when that came first)."""
+        backend = self.backend
+        if ended.lost is None:
+            results, episodes, chunks, replay = results_writer.assemble(ended.finals, record, self.group_stop,
+                                                                        backend.fusion)
+            results["error_file"] = results_writer.move_tracebacks(results, record.out)
+        else:
+            wait_s = FINALS_WAIT_S if isinstance(ended.lost, SchedulerLost) else FINALS_LEFT_WAIT_S
+            results, episodes, chunks, replay = results_writer.after_cluster_lost(
+                ended.lost, backend.finals_left(wait_s), record, self.last_status,
+                t_run_start=backend.learners.t_run_start or time.time())
+            results["learner_restarts"] = backend.learners.restarts
+            if not isinstance(ended.lost, SchedulerLost):  # the controller's books are still on its scheduler
+                results.update(backend.controller_figures(results) or {})
+        if ended.fault is not None:
+            results_writer.record_driver_fault(results, ended.fault, record.out, record.pipeline)
+        if ended.lost is None:
+            results.update(backend.figures(results))
+        legs.stamp(results, record.earlier)
+        return results, episodes, chunks, replay

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from tianji_dask.dataflow.keys import preflight_key
 from tianji_dask.envs.check import EnvCheckError, probe_env, probe_pickled
 from tianji_dask.errors import PipelineError, first_line
 
@@ -73,7 +74,7 @@ def check_worker(client, plan) -> None:
     if address is None:
         return
     future = client.submit(probe_pickled, cloudpickle.dumps(p.env.id), dict(p.env.kwargs), p.env.check, p.seed,
-                           key=f"tianji-preflight-{plan.run_id}", resources={"EXPLORER": 1}, workers=[address],
+                           key=preflight_key(plan.run_id), resources={"EXPLORER": 1}, workers=[address],
                            pure=False)
     where = f"on worker {address}"
     try:

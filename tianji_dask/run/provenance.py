@@ -110,7 +110,7 @@ def stream_seeds(pipeline, env_seed: int, finals: list[dict]) -> dict:
 
     base = pipeline.seed + env_seed
     record = {"run": pipeline.seed, "env_base": base, "streams": None, "from": None}
-    replay = finals[0].get("replay") if len(finals) == 1 else None
+    replay = finals[0].get("replay_log") if len(finals) == 1 else None
     if replay is not None and len(replay):
         stream, seed = REPLAY_FIELDS.index("stream"), REPLAY_FIELDS.index("env_seed")
         streams: dict[str, list[int]] = {}

@@ -8,6 +8,7 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,29 +22,44 @@ from tianji_dask.run.provenance import stream_seeds
 from tianji_dask.run.startup import startup_results
 
 
-def assemble(finals: list[dict], p: Pipeline, *, run_id: str, rules: StopRules, group_stop: str | None,
-             fusion: Callable[[], dict | None], startup: dict, t_process_start: float, provenance: dict | None = None,
-             env_seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run's results say of it besides its learners' books: its pipeline, id, stop rules and
+    folder; ``startup``: when each step of its start was reached (Unix times); ``provenance``:
+    what it recorded of its origins as it started (``provenance.at_start``), to which the explorer
+    streams' env seeds are added (``env_seed``: the offset a run continued from a checkpoint adds
+    to the pipeline's seed); ``earlier``: what it says of the legs before (``legs.history``)."""
+
+    pipeline: Pipeline
+    run_id: str
+    rules: StopRules
+    out: Path
+    t_process_start: float
+    startup: dict
+    provenance: dict | None = None
+    env_seed: int = 0
+    earlier: dict | None = None
+
+
+def assemble(finals: list[dict], record: RunRecord, group_stop: str | None, fusion: Callable[[], dict | None]
+             ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
     """(results, episodes, chunks, replay log) of the run: one learner's, or every group's pooled
-    (``fusion()``: the reducer's rounds, read only then). ``startup``: when each step of the start
-    was reached (Unix times). ``provenance``: what the run recorded of its origins as it started
-    (``provenance.at_start``), to which the explorer streams' env seeds are added (``env_seed``:
-    the offset a run continued from a checkpoint adds to the pipeline's seed)."""
-    replay = None
+    (``fusion()``: the reducer's rounds, read only then)."""
+    p, replay = record.pipeline, None
     if len(finals) > 1:
-        results, episodes, chunks = pool_results(finals, rules, group_stop, fusion())
+        results, episodes, chunks = pool_results(finals, record.rules, group_stop, fusion())
     else:
         final = finals[0]
         results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
-        replay = final.get("replay")
+        replay = final.get("replay_log")
     results.update(
-        run_id=run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
+        run_id=record.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
         explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
         pipeline_config=p.model_dump(mode="json"),
     )
     results["simulated"] = p.simulated()
-    results["startup"] = startup_results(startup, t_process_start, finals)
-    results["provenance"] = {**(provenance or {}), "seeds": stream_seeds(p, env_seed, finals)}
+    results["startup"] = startup_results(record.startup, record.t_process_start, finals)
+    results["provenance"] = {**(record.provenance or {}), "seeds": stream_seeds(p, record.env_seed, finals)}
     return results, episodes, chunks, replay
 
 
@@ -105,21 +121,18 @@ def learner_chunk_accounting(finals: list[dict]) -> dict:
             "balanced": all(b["balanced"] for b in books), "source": source}
 
 
-def after_cluster_lost(lost, found: list[dict | None], p: Pipeline, *, run_id: str, rules: StopRules, out: Path,
-                       last_status: dict | None, t_run_start: float, startup: dict, t_process_start: float,
-                       provenance: dict | None = None, env_seed: int = 0):
+def after_cluster_lost(lost, found: list[dict | None], record: RunRecord, last_status: dict | None, t_run_start: float):
     """(results, episodes, chunks, replay log) of a run its cluster can no longer run (``lost``,
     a ``ClusterLost``: its scheduler lost, or no learner worker left): from each group's ``found``
     final books (what its learner wrote as its worker closed; None: none, then what the driver
     last heard), with one line saying what happened and how to go on."""
+    p, out = record.pipeline, record.out
     heard = (last_status.get("groups") or [last_status]) if last_status else []
     finals = [final if final is not None else unheard_final(
-        heard[g] if g < len(heard) else {}, rules, t_run_start=t_run_start, t_process_start=t_process_start,
+        heard[g] if g < len(heard) else {}, record.rules, t_run_start=t_run_start, t_process_start=record.t_process_start,
         checkpoint=None) for g, final in enumerate(found)]
     stop = "scheduler_lost" if isinstance(lost, SchedulerLost) else "learner_lost"
-    results, episodes, chunks, replay = assemble(finals, p, run_id=run_id, rules=rules, group_stop=stop,
-                                                 fusion=lambda: None, startup=startup, t_process_start=t_process_start,
-                                                 provenance=provenance, env_seed=env_seed)
+    results, episodes, chunks, replay = assemble(finals, record, stop, lambda: None)
     # the run lasted until its driver gave up on its cluster, not only while a learner trained
     results["wall_s"] = max(results["wall_s"], time.time() - t_run_start)
     wrote = sum(f is not None for f in found)

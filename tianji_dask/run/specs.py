@@ -3,6 +3,7 @@ core's spec, the learner actor's spec, and where each group writes its files."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from tianji_dask.callbacks.runner import CallbackPlan
@@ -11,7 +12,9 @@ from tianji_dask.config.sections import duration_s
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller.settings import LawSettings
+from tianji_dask.dataflow.keys import reducer_key
 from tianji_dask.dataflow.learner.spec import EvalSpec, FusionSpec, LearnerSpec
+from tianji_dask.observe.tensorboard import ScalarLog
 from tianji_dask.run.checks import Prepared
 
 
@@ -29,7 +32,8 @@ def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
 def law(p: Pipeline, prepared: Prepared) -> LawSettings:
     """The controller's settings for this run, defaults filled in (``LawSettings.resolve``)."""
     return LawSettings.resolve(p.controller.model_dump(), relaxed=p.mode == "relaxed", explorers=p.explorers,
-                               chunks_per_update=prepared.chunks_per_update, replay_ratio=prepared.replay_ratio,
+                               chunks_per_update=prepared.chunks_per_update,
+                               own_replay_ratio=prepared.own_replay_ratio,
                                simulated=p.simulated() is not None)
 
 
@@ -54,7 +58,7 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         ) if ckpt.enabled else None,
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
         replay_log=p.mode != "single" and p.groups == 1,
-        tensorboard_dir=str((out / "tensorboard").resolve()) if p.logging.tensorboard else None,
+        scalar_log=functools.partial(ScalarLog, str((out / "tensorboard").resolve())) if p.logging.tensorboard else None,
         callbacks=callback_plan(p, out=out, run_id=run_id, group=group, objects=callbacks),
         env_max_errors=p.env.max_errors,
     )
@@ -92,7 +96,3 @@ def learner_spec(p: Pipeline, prepared: Prepared, core: CoreSpec, *, run_id: str
 
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs' seeds, apart from every explorer stream's
-
-
-def reducer_key(run_id: str) -> str:
-    return f"tianji-reducer-{run_id}"

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow import keys
 from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask.errors import LearnerWorkersGone, RunFault, SchedulerLost
 from tianji_dask.launch.cluster import learner_workers
@@ -70,12 +71,10 @@ class LearnerSupervisor:
         from tianji_dask.dataflow.learner.actor import Learner
 
         groups, run_id = self.plan.pipeline.groups, self.plan.run_id
-        key = f"tianji-learner-{run_id}" + (f"-g{group}" if groups > 1 else "") + (f"-r{attempt}" if attempt else "")
-        if workers is not None:
-            pass
-        elif self.plan.learner_worker is not None:
+        key = keys.learner_key(run_id, group if groups > 1 else None, attempt)
+        if workers is None and self.plan.learner_worker is not None:
             workers = [self.plan.learner_worker]
-        elif groups > 1:
+        elif workers is None and groups > 1:
             homes = learner_workers(self.client)
             workers = [homes[group % len(homes)]] if homes else None
         return self.client.submit(Learner, spec, actor=True, resources={"LEARNER": 1}, workers=workers, key=key)
@@ -179,7 +178,7 @@ class LearnerSupervisor:
     def _start_fresh_learner(self) -> str:
         """Start a fresh LEARNER worker (a batch job, or an embedded worker process); its name."""
         self._fresh += 1
-        name = f"tianji-learner-n{self._fresh}"
+        name = keys.fresh_learner_worker_name(self._fresh)
         self.opened.start_learner(name)
         return name
 

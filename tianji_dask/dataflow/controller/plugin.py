@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.controller.books import EXPLORE_PREFIX, Books, key_tag
+from tianji_dask.dataflow import keys
+from tianji_dask.dataflow.controller.books import Books
 from tianji_dask.dataflow.controller.settings import LawSettings
 from tianji_dask.dataflow.keycache import bound_key_cache
 
@@ -86,14 +87,14 @@ class StalenessController(SchedulerPlugin):
     def holder(self, key: str) -> Books | None:
         """The books holding the credit of explorer task ``key``, found from the tag in the key
         (its run, and ``-g<group>`` in group mode): O(1), whatever the runs held."""
-        tag = key_tag(key)
+        tag = keys.explore_tag(key)
         run = self.runs.get(tag)
-        if run is not None and 0 in run.groups and key in run.groups[0].credited:
+        if run is not None and 0 in run.groups and run.groups[0].holds(key):
             return run.groups[0]
-        run_id, sep, group = tag.rpartition("-g")
-        run = self.runs.get(run_id) if sep and group.isdigit() else None
-        books = None if run is None else run.groups.get(int(group))
-        return books if books is not None and key in books.credited else None
+        run_id, group = keys.tag_group(tag) or (None, None)
+        run = None if run_id is None else self.runs.get(run_id)
+        books = None if run is None else run.groups.get(group)
+        return books if books is not None and books.holds(key) else None
 
     # ---- plugin hooks -------------------------------------------------------------------
     async def start(self, scheduler):
@@ -115,16 +116,12 @@ class StalenessController(SchedulerPlugin):
         })
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if finish not in ("erred", "forgotten") or not isinstance(key, str) or not key.startswith(EXPLORE_PREFIX):
+        if finish not in ("erred", "forgotten") or not keys.is_explore_key(key):
             return
         books = self.holder(key)
         if books is None:  # consumed already, or a run whose books have gone
             return
-        books.credited.discard(key)
-        if finish == "erred":
-            books.returned_erred += 1
-        else:
-            books.returned_forgotten += 1
+        books.task_ended(key, finish)
 
     def update_graph(self, scheduler, *, tasks=None, **kwargs):
         """Keep the scheduler's span metadata bounded. Every submission adds its collection
@@ -133,7 +130,7 @@ class StalenessController(SchedulerPlugin):
         0.2 MiB a minute at CartPole's chunk rate. Identical entries say nothing new; keep one.
         (And Dask's key-name cache, which would keep every task's key: see keycache.)"""
         bound_key_cache()
-        if tasks and isinstance(tasks[0], str) and tasks[0].startswith(EXPLORE_PREFIX):
+        if tasks and keys.is_explore_key(tasks[0]):
             dask_internals.fold_span_collections(scheduler, tasks[0], SPAN_METADATA_MAX)
 
     def valid_workers_downscaling(self, scheduler, workers):
@@ -159,7 +156,7 @@ class StalenessController(SchedulerPlugin):
         run = self.runs.get(run_id)
         if rebuilt and run is not None and group in run.groups:
             books = run.groups[group]
-            self._return_unsubmitted(books)
+            books.return_unsubmitted(self.scheduler.tasks)
             books.learner_address, books.learner_lost = learner_address, False
             self.scheduler.log_event("tianji.learner_rebuilt", {"run_id": run_id, "group": group, "worker": learner_address})
             return books.params().to_wire()
@@ -173,13 +170,6 @@ class StalenessController(SchedulerPlugin):
             run = self.runs[run_id] = RunBooks()
         run.groups[group] = Books(group, LawSettings.from_wire(law), learner_address, chunk_env_steps)
         return run.groups[group].params().to_wire()
-
-    def _return_unsubmitted(self, books) -> None:
-        """Credits a lost learner was granted but never submitted: the scheduler has never seen
-        those keys, so no transition will ever hand them back."""
-        unsubmitted = [k for k in books.credited if k not in self.scheduler.tasks]
-        books.credited.difference_update(unsubmitted)
-        books.returned_unsubmitted += len(unsubmitted)
 
     def end(self, run_id: str | None = None) -> None:
         """A run has written its results: its books go when the next run begins (books that
@@ -221,7 +211,7 @@ class StalenessController(SchedulerPlugin):
         run = self.run(run_id)
         for lost in run.groups.values():  # a lost learner's books, as a run that ends without it reads them
             if lost.learner_lost:
-                self._return_unsubmitted(lost)
+                lost.return_unsubmitted(self.scheduler.tasks)
         books = run.groups[min(run.groups)] if group is None else self.books(run_id, group)
         out = {"run_id": run_id, **books.state(history), "runs": self.run_ids()}
         if group is None and len(run.groups) > 1:

@@ -10,7 +10,7 @@ as one line naming the setting; broken in a pipeline, the same line after ``cont
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -162,11 +162,20 @@ def window_floor(values: dict, floor: int, label: str) -> None:
                              f"(a smaller window deadlocks; got {value})")
 
 
+def replay_band_of(given, own_ratio: float | None) -> tuple[float, float] | None:
+    """The [min, max] band a pipeline's ``replay_ratio`` (``given``) resolves to for an algorithm
+    whose own ratio is ``own_ratio`` (samples trained per env step; None: it does not replay, so
+    nothing to pace): ``auto`` is [r/2, 2r] around it, null no pacing."""
+    if own_ratio is None or given is None:
+        return None
+    return (own_ratio / 2, 2 * own_ratio) if given == "auto" else (given[0], given[1])
+
+
 @dataclass(frozen=True)
 class LawSettings:
     """One learner's controller settings with every default filled in (``resolve``): built once
-    from the pipeline, carried in the learner's spec, opened into its books. On the scheduler's
-    RPC it travels as a plain dict (``to_wire``)."""
+    from the pipeline, carried in the learner's spec, held by its books (``configured`` on a live
+    change). On the scheduler's RPC it travels as a plain dict (``to_wire``)."""
 
     window: int
     window_min: int
@@ -180,17 +189,27 @@ class LawSettings:
     #: the explorers' env steps carry a simulated cost (the dashboard and metrics say so)
     simulated: bool = False
 
+    def __post_init__(self):
+        # as the laws hold them: a band from the wire (a list) or from configure reads as floats
+        band = self.replay_ratio
+        object.__setattr__(self, "replay_ratio", None if band is None else (float(band[0]), float(band[1])))
+        object.__setattr__(self, "gain", float(self.gain))
+        if self.replay_staleness_target is not None:
+            object.__setattr__(self, "replay_staleness_target", float(self.replay_staleness_target))
+
     @classmethod
     def resolve(cls, given: dict, *, relaxed: bool, explorers: int, chunks_per_update: int,
-                replay_ratio: tuple[float, float] | None, simulated: bool = False) -> "LawSettings":
+                own_replay_ratio: float | None = None, simulated: bool = False) -> "LawSettings":
         """From a pipeline's ``controller`` values (``given``, its settings as declared above) and
-        what the run's checks found. ``relaxed``: False for lockstep, whose round asks one chunk
-        per explorer, so its window is the explorer count and nothing moves it."""
+        what the run's checks found of the algorithm: the chunks one update needs and its own
+        replay ratio (None: it does not replay). ``relaxed``: False for lockstep, whose round asks
+        one chunk per explorer, so its window is the explorer count and nothing moves it."""
         if not relaxed:
             return cls(window=explorers, window_min=explorers, window_max=explorers, simulated=simulated)
-        w_min = given.get("window_min") or chunks_per_update
-        w_max = given.get("window_max") or max(WINDOW_MAX_FLOOR, WINDOW_MAX_PER_EXPLORER * explorers, w_min)
-        target, window = given.get("staleness_target"), given.get("window")
+        values = {s.name: given.get(s.name, s.default) for s in SETTINGS}
+        w_min = values["window_min"] or chunks_per_update
+        w_max = values["window_max"] or max(WINDOW_MAX_FLOOR, WINDOW_MAX_PER_EXPLORER * explorers, w_min)
+        target, window = values["staleness_target"], values["window"]
         if window is None:
             window = explorers
             if target is not None:
@@ -198,11 +217,21 @@ class LawSettings:
                 # others in flight, and a window of one trains each chunk before the next is admitted (staleness
                 # 0). Start there, so the law's first periods do not spend the run far from the target
                 window = min(round(target * chunks_per_update) + 1, w_max)
-        return cls(window=max(window, w_min), window_min=w_min, window_max=w_max, staleness_target=target,
-                   gain=given.get("gain", BY_NAME["gain"].default),
-                   replay_ratio=None if replay_ratio is None else (float(replay_ratio[0]), float(replay_ratio[1])),
-                   replay_staleness_target=given.get("replay_staleness_target"),
-                   max_staleness=given.get("max_staleness"), simulated=simulated)
+        return cls(**{**values, "window": max(window, w_min), "window_min": w_min, "window_max": w_max,
+                      "replay_ratio": replay_band_of(values["replay_ratio"], own_replay_ratio)}, simulated=simulated)
+
+    def configured(self, values: dict) -> "LawSettings":
+        """These settings with ``values`` (``check_live``'s, by the names declared above) applied."""
+        return replace(self, **values)
+
+    def values(self, window: int | None = None) -> dict:
+        """Every setting declared above, as the books answer it (the band as a list); ``window``:
+        the window now, where a law has moved it from the one set."""
+        out = {s.name: getattr(self, s.name) for s in SETTINGS}
+        out["replay_ratio"] = None if self.replay_ratio is None else list(self.replay_ratio)
+        if window is not None:
+            out["window"] = window
+        return out
 
     def to_wire(self) -> dict:
         out = asdict(self)
@@ -211,5 +240,4 @@ class LawSettings:
 
     @classmethod
     def from_wire(cls, wire: dict) -> "LawSettings":
-        band = wire.get("replay_ratio")
-        return cls(**{**wire, "replay_ratio": None if band is None else tuple(band)})
+        return cls(**wire)

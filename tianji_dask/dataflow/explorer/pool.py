@@ -15,20 +15,12 @@ from dataclasses import dataclass
 from distributed import WorkerPlugin
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.controller.books import EXPLORE_PREFIX
+from tianji_dask.dataflow import keys
 from tianji_dask.envs.rollout import Rollout, stream_seed
 from tianji_dask.envs.simulate import StepCostClock
 
-POOL_PREFIX = "tianji-envs-"
 #: seeds of one stream's generations lie this many rebuilds apart
 GENERATION_STRIDE = 1000
-EVAL_PREFIX = "tianji-eval-"  # an evaluation task's key: tianji-eval-<learner's tag>-<serial>
-
-
-def pool_name(run_id: str) -> str:
-    """The worker plugin name of a run's pool: one per run, so runs sharing a cluster keep their
-    envs apart, and a run's pool goes with it (``Run.close`` unregisters it)."""
-    return POOL_PREFIX + run_id
 
 
 @dataclass(frozen=True)
@@ -40,15 +32,17 @@ class LoadedPolicy:
 
 
 def worker_pool(worker, run_id: str) -> "EnvPool":
+    """This worker's env pool of run ``run_id``: a worker plugin per run (``keys.pool_name``), so runs
+    sharing a cluster keep their envs apart, and a run's pool goes with it (``Run.close`` unregisters it)."""
     try:
-        return worker.plugins[pool_name(run_id)]
+        return worker.plugins[keys.pool_name(run_id)]
     except KeyError:
         raise RuntimeError(f"explorer: this worker holds no env pool of run {run_id} (the run has ended, "
                            "or this worker joined while its pool was being handed out)") from None
 
 
 def _pools(worker) -> list["EnvPool"]:
-    return [p for name, p in list(worker.plugins.items()) if name.startswith(POOL_PREFIX)]
+    return [p for name, p in list(worker.plugins.items()) if keys.is_pool_name(name)]
 
 
 def _worker_metrics(worker) -> dict:
@@ -103,7 +97,7 @@ class EnvPool(WorkerPlugin):
         worker.metrics["tianji"] = _worker_metrics  # every run's pool on this worker, summed
         # what this run's explorer and evaluation tasks raise reaches the learner, which says it in
         # one line (and keeps the traceback in the run's folder): not Dask's log of it, here
-        self._quiet = dask_internals.quiet_task_errors((f"{EXPLORE_PREFIX}{self.run_id}-", f"{EVAL_PREFIX}{self.run_id}-"))
+        self._quiet = dask_internals.quiet_task_errors((keys.explore_run_prefix(self.run_id), keys.eval_run_prefix(self.run_id)))
 
     def teardown(self, worker):
         if getattr(self, "_quiet", None) is not None:

@@ -160,7 +160,7 @@ class Learner:
         final = core.finish(extras, final_status=lambda _: self._report.status)
         closing = self.loop.worker_closing
         if closing:
-            from tianji_dask.dataflow.learner.final_books import write_final
+            from tianji_dask.dataflow.learner.finals import write_final
 
             with contextlib.suppress(OSError):  # a full disk: the checkpoint, if written, stays
                 write_final(core.spec.rows_dir, final.as_dict())

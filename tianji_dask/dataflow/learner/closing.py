@@ -4,7 +4,7 @@ in that process. This worker plugin, on every worker of a run, holds the worker'
 worker awaits its plugins' ``teardown`` before its process ends) while the
 learner it hosts stops without a word to the scheduler, writes a checkpoint, and writes its final
 books (results, episodes, chunks) into the run folder, where the driver reads them back
-(``final_books.read_final``)."""
+(``finals.read_final``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,6 @@ from tianji_dask import dask_internals
 #: at most this long the worker's close waits for its learner: a learner stops within a pass of
 #: its loop, then writes a checkpoint and its books; a busy machine can take tens of seconds
 CLOSE_WAIT_S = 60.0
-
-
-def guard_name(run_id: str) -> str:
-    return f"tianji-closing-{run_id}"
 
 
 class LearnerCloseGuard(WorkerPlugin):

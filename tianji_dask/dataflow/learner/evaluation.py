@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 
-from tianji_dask.dataflow.explorer.pool import EVAL_PREFIX
 from tianji_dask.dataflow.explorer.tasks import evaluate_policy
+from tianji_dask.dataflow.keys import eval_key
 from tianji_dask.dataflow.learner.spec import EvalSpec
 
 logger = logging.getLogger("tianji_dask.evaluation")
@@ -41,7 +41,7 @@ class EvalClient:
         self._serial += 1
         self._future = self._client.submit(
             evaluate_policy, self._run_id, weights, weights_version, self.spec.episodes, self.spec.seed,
-            self.spec.deterministic, key=f"{EVAL_PREFIX}{self._tag}-{self._serial}", resources={"EXPLORER": 1},
+            self.spec.deterministic, key=eval_key(self._tag, self._serial), resources={"EXPLORER": 1},
             workers=self._hosts, pure=False)
 
     def poll(self) -> dict | None:

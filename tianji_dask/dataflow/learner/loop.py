@@ -50,8 +50,8 @@ class Loop:
         self.first_update_t: float | None = None  # when this learner made its first update
         #: its worker is closing (its scheduler lost): stop at once and say nothing more to Dask
         self.worker_closing = False
-        self.consumed = 0  # chunks this learner consumed (a resumed one's books hold earlier ones too)
-        self._lost_at_start = core.chunks_lost
+        # the core's books hold a resumed learner's earlier chunks too: this learner's are those since
+        self._consumed_at_start, self._lost_at_start = core.chunks_consumed, core.chunks_lost
 
     def run(self) -> None:
         self._publish(wait=True)
@@ -121,15 +121,15 @@ class Loop:
         self._consumed.append(self.core.consume(arrival.chunk, key=arrival.key, dropped=dropped,
                                                 submit_version=arrival.submit_version, explore=arrival.explore))
         self._held.append(arrival.future)
-        self.consumed += 1
 
     def chunk_books(self) -> dict:
         """This learner's own account of its chunks: every task it submitted was consumed or
         lost (the controller's books say the same from the scheduler's side, while it lives)."""
         lost = self.core.chunks_lost - self._lost_at_start
+        consumed = self.core.chunks_consumed - self._consumed_at_start
         submitted, out = self.stream.submitted, self.stream.in_flight + len(self._pending)
-        return {"submitted": submitted, "consumed": self.consumed, "lost": lost, "in_flight": out,
-                "balanced": submitted == self.consumed + lost + out}
+        return {"submitted": submitted, "consumed": consumed, "lost": lost, "in_flight": out,
+                "balanced": submitted == consumed + lost + out}
 
     def _filter(self, chunk: dict) -> str | None:
         """Why the dataflow's filters drop ``chunk`` (the core's ``filter_reason``), None: kept.

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.dataflow.controller.settings import LawSettings
+from tianji_dask.dataflow.keys import learner_tag
 
 
 @dataclass(frozen=True)
@@ -65,4 +66,4 @@ class LearnerSpec:
     @property
     def tag(self) -> str:
         """What this learner's task and data keys carry: the run, and the group in group mode."""
-        return f"{self.run_id}-g{self.group}" if self.fusion is not None else self.run_id
+        return learner_tag(self.run_id, self.group if self.fusion is not None else None)

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 
 from tianji_dask import dask_internals
-from tianji_dask.dataflow.controller.books import explore_key
 from tianji_dask.dataflow.direct.sink import ChunkSink, DirectChunk, sink_host
 from tianji_dask.dataflow.explorer.tasks import DirectRoute, explore_chunk
 from tianji_dask.dataflow.keycache import bound_key_cache
+from tianji_dask.dataflow.keys import explore_key
 from tianji_dask.errors import ExplorerError
 
 # a direct chunk's task returns only once the sink holds its bytes, so they are here when its

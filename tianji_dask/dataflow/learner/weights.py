@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tianji_dask import dask_internals
+from tianji_dask.dataflow.keys import weights_key
 
 PUBLISHED_AT_KEPT = 64  # versions whose publish times drop_on_refresh may look back on
 
@@ -67,7 +68,7 @@ class WeightsPublisher:
             self._install(version, weights)
             return
         self.counts["scattered"] += 1
-        key = f"tianji-weights-{self._tag}-{version}"
+        key = weights_key(self._tag, version)
         self._scatter = Scatter(version, key, dask_internals.scatter_nowait(self._client, {key: weights}, self._worker))
         if wait:
             self._scatter.future.result()

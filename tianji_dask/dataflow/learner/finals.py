@@ -1,4 +1,4 @@
-"""A learner's final books (results, episodes, chunks, the exact-replay log) as files in its rows
+"""A learner's finals (its results, episodes, chunks and exact-replay log) as files in its rows
 folder: written by a learner whose worker closes under it (``closing.py``), read back by the
 driver, which cannot reach that learner any more."""
 
@@ -16,9 +16,9 @@ FINAL_DIR = "final"
 
 
 def write_final(rows_dir: str | Path, final: dict) -> Path:
-    """A learner's final books (``LearnerCore.finish``'s) as files in its rows folder."""
+    """A learner's finals (``LearnerCore.finish``'s) as files in its rows folder."""
     return write_results(Path(rows_dir) / FINAL_DIR, final["results"], final["episodes"], final["chunks"],
-                         replay=final.get("replay"))
+                         replay=final.get("replay_log"))
 
 
 def read_final(rows_dir: str | Path) -> dict | None:
@@ -32,4 +32,4 @@ def read_final(rows_dir: str | Path) -> dict | None:
 
     replay = rows("replay.csv", len(REPLAY_FIELDS)) if (d / "replay.csv").is_file() else None
     return {"results": json.loads((d / "results.json").read_text()), "episodes": rows("episodes.csv", len(EPISODE_FIELDS)),
-            "chunks": rows("chunks.csv", len(CHUNK_FIELDS)), "replay": replay}
+            "chunks": rows("chunks.csv", len(CHUNK_FIELDS)), "replay_log": replay}
