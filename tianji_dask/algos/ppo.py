@@ -13,6 +13,13 @@ segment, which gives V(obs[t]), the bootstrap value after a truncation (the true
 observation obs[t+1]) and after the segment's last step (obs[T]). For fresh segments this is
 exactly CleanRL's stored value; for stale ones it is the better estimate.
 
+With ``off_policy: decoupled`` the policy term is AReaL's decoupled PPO objective (Fu et al. 2025,
+arXiv:2505.24298): the batch also carries the log-probabilities of the proximal policy
+(the learner's policy as this update starts, computed once per batch without gradients), the
+ratio is clipped around it instead of around the behaviour policy mu, and each step is weighted by
+w = pi_prox / mu, truncated at ``is_cap``. At staleness 0, mu = pi_prox, w = 1 and the loss is
+PPO's.
+
 Box action spaces get CleanRL's ppo_continuous_action.py policy (a diagonal Gaussian with a
 state-independent log-std; actions clipped to the bounds only in the env), and optionally its
 observation normalization and reward scaling, kept by the learner (see ``normalize.py``).
@@ -20,6 +27,7 @@ observation normalization and reward scaling, kept by the learner (see ``normali
 
 from __future__ import annotations
 
+from typing import Literal
 
 import numpy as np
 import torch
@@ -48,6 +56,14 @@ class PPOConfig(SegmentConfig):
     clip_vloss: bool = False
     #: segments from a policy more than this many versions old are dropped
     max_policy_lag: int = Field(1, ge=0)
+    #: the policy term's correction for segments made by an older policy mu. none: PPO's ratio
+    #: pi/mu, clipped around mu. decoupled: AReaL's decoupled PPO (arXiv:2505.24298): the ratio
+    #: pi/pi_prox to the proximal policy (this learner's as the update starts), clipped around it,
+    #: each step weighted by pi_prox/mu truncated at is_cap; the same loss as none at staleness 0
+    off_policy: Literal["none", "decoupled"] = "none"
+    #: decoupled: the behaviour weight pi_prox/mu is truncated at this cap (as V-trace's rho_bar;
+    #: AReaL's code drops the steps above its cap instead); at least 1, so fresh steps (w = 1) keep theirs
+    is_cap: float = Field(2.0, ge=1.0)
     #: divide rewards by the running std of a discounted return (CleanRL's NormalizeReward; MuJoCo)
     normalize_reward: bool = False
     #: ``{kind: lstm|gru, hidden: N, burn_in: K}``: a recurrent core between trunk (after the image or
@@ -92,9 +108,14 @@ class PPO(SegmentActorCritic, Algorithm):
     # ---- learner side (acting and the segment queue: SegmentActorCritic) ----------------
     def build_batch(self, segments: list[dict]) -> dict[str, torch.Tensor]:
         """Valid steps of all segments, flattened, with advantages and returns from the current
-        critic (observations normalized and rewards scaled with the statistics in use, if on)."""
+        critic (observations normalized and rewards scaled with the statistics in use, if on);
+        with ``off_policy: decoupled`` also ``prox_logprobs``, the current policy's log-probabilities
+        of the actions taken."""
         c = self.config
+        decoupled = c.off_policy == "decoupled"
         parts: dict[str, list] = {k: [] for k in ("obs", "actions", "logprobs", "advantages", "returns", "values")}
+        if decoupled:
+            parts["prox_logprobs"] = []
         for seg in segments:
             obs = self._segment_obs(seg)
             rewards = seg["rewards"] if self.reward_scale is None else self.reward_scale(seg["rewards"])
@@ -110,18 +131,29 @@ class PPO(SegmentActorCritic, Algorithm):
             parts["advantages"].append(adv[valid])
             parts["returns"].append(ret[valid])
             parts["values"].append(values[:T][valid])
+            if decoupled:  # the proximal policy: this learner's as the update starts
+                parts["prox_logprobs"].append(self._logprobs(map_obs(lambda v: v[:T][valid], obs), seg["actions"][valid]))
         obs = cat_obs(parts.pop("obs"), np.concatenate)
         batch = {k: torch.from_numpy(np.concatenate(v)).to(self.device) for k, v in parts.items()}
         # uint8 frames stay uint8 until a minibatch is encoded
         batch["obs"] = map_obs(lambda v: torch.from_numpy(v).to(self.device).reshape(len(v), -1), obs)
         return batch
 
+    def _logprobs(self, obs, actions: np.ndarray) -> np.ndarray:
+        """log pi(actions | obs) under the current weights, without gradients (rows: valid steps)."""
+        with torch.no_grad():
+            logprob = self.net.evaluate(self._rows(obs, len(actions)), torch.as_tensor(actions).to(self.device))[0]
+        return logprob.cpu().numpy()
+
     def loss(self, mb: dict[str, torch.Tensor], with_stats: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """CleanRL's PPO loss on one minibatch: clipped surrogate + vf_coef x (clipped) value loss
-        - ent_coef x entropy. Returns (loss, detached statistics, empty unless ``with_stats``)."""
+        - ent_coef x entropy; with ``off_policy: decoupled`` the surrogate is AReaL's decoupled one
+        (arXiv:2505.24298). Returns (loss, detached statistics, empty unless ``with_stats``)."""
         c = self.config
+        decoupled = c.off_policy == "decoupled"
         newlogprob, entropy, newvalue = self.net.evaluate(mb["obs"], mb["actions"])
-        logratio = newlogprob - mb["logprobs"]
+        # the ratio's denominator: the behaviour policy mu, or (decoupled) the proximal policy pi_prox
+        logratio = newlogprob - (mb["prox_logprobs"] if decoupled else mb["logprobs"])
         ratio = logratio.exp()
 
         mb_advantages = mb["advantages"]
@@ -131,7 +163,12 @@ class PPO(SegmentActorCritic, Algorithm):
         # policy loss
         pg_loss1 = -mb_advantages * ratio
         pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+        if decoupled:  # each step weighted by w = pi_prox / mu (no gradient), truncated at is_cap
+            behav_weight = (mb["prox_logprobs"] - mb["logprobs"]).exp()
+            is_weight = behav_weight.clamp(max=c.is_cap)
+            pg_loss = (torch.max(pg_loss1, pg_loss2) * is_weight).mean()
+        else:
+            pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
         # value loss
         if c.clip_vloss:
@@ -154,6 +191,9 @@ class PPO(SegmentActorCritic, Algorithm):
                 "approx_kl": ((ratio - 1) - logratio).mean(),
                 "clipfrac": ((ratio - 1.0).abs() > c.clip_coef).float().mean(),
             }
+            if decoupled:  # approx_kl and clipfrac are then against pi_prox: what this update moved
+                stats["is_weight"] = is_weight.mean()
+                stats["is_truncated"] = (behav_weight > c.is_cap).float().mean()
         return loss, stats
 
     def learn(self) -> dict[str, float]:

@@ -14,9 +14,13 @@ from tianji_dask.algos.segments import minibatch_slices
 
 def sequence_batch(algo, segments: list[dict], gae_fn) -> dict[str, torch.Tensor]:
     """Whole env sequences of all segments, stacked on the batch axis (T, B = segments x N): obs
-    (T frames, flat; images stay uint8), state0, keep, actions, logprobs, advantages, returns, valid."""
+    (T frames, flat; images stay uint8), state0, keep, actions, logprobs, advantages, returns, valid;
+    with ``off_policy: decoupled`` also prox_logprobs, the current policy's (no gradient)."""
     c = algo.config
+    decoupled = c.off_policy == "decoupled"
     parts: dict[str, list] = {k: [] for k in ("obs", "state0", "keep", "actions", "logprobs", "advantages", "returns", "valid")}
+    if decoupled:
+        parts["prox_logprobs"] = []
     T = segments[0]["rewards"].shape[0]
     for seg in segments:
         if seg["rewards"].shape[0] != T:
@@ -25,7 +29,10 @@ def sequence_batch(algo, segments: list[dict], gae_fn) -> dict[str, torch.Tensor
         obs = algo.network_obs(seg["obs"])
         rewards = seg["rewards"] if algo.reward_scale is None else algo.reward_scale(seg["rewards"])
         with torch.no_grad():
-            values = algo.net.value(segment_features(algo.net, obs, seg, algo.device)).cpu().numpy()
+            feats = segment_features(algo.net, obs, seg, algo.device)
+            values = algo.net.value(feats).cpu().numpy()
+            if decoupled:  # the proximal policy: this learner's as the update starts
+                parts["prox_logprobs"].append(algo.net.evaluate(feats[:T], torch.as_tensor(seg["actions"]).to(algo.device))[0].cpu().numpy())
         adv, ret = gae_fn(rewards, values, seg["terminated"], seg["truncated"], seg["valid"], c.gamma, c.gae_lambda)
         parts["obs"].append(frames(obs[:T]))
         parts["state0"].append(seg["state0"])
@@ -41,8 +48,10 @@ def sequence_batch(algo, segments: list[dict], gae_fn) -> dict[str, torch.Tensor
 
 
 def sequence_loss(algo, mb: dict[str, torch.Tensor], with_stats: bool):
-    """PPO's clipped loss over a minibatch of whole sequences, means over their valid steps."""
+    """PPO's clipped loss over a minibatch of whole sequences, means over their valid steps; with
+    ``off_policy: decoupled`` AReaL's decoupled surrogate, as ``PPO.loss``."""
     c = algo.config
+    decoupled = c.off_policy == "decoupled"
     feats = algo.net.unroll(mb["obs"], mb["state0"], mb["keep"])
     newlogprob, entropy = algo.net.evaluate(feats, mb["actions"])
     newvalue = algo.net.value(feats)
@@ -52,14 +61,20 @@ def sequence_loss(algo, mb: dict[str, torch.Tensor], with_stats: bool):
     def mean(x):
         return (x * valid).sum() / n
 
-    logratio = torch.where(valid, newlogprob - mb["logprobs"], torch.zeros_like(newlogprob))
+    # the ratio's denominator: the behaviour policy mu, or (decoupled) the proximal policy pi_prox
+    logratio = torch.where(valid, newlogprob - (mb["prox_logprobs"] if decoupled else mb["logprobs"]), torch.zeros_like(newlogprob))
     ratio = logratio.exp()
     adv = mb["advantages"]
     if c.norm_adv and int(n) > 1:
         mu = mean(adv)
         std = torch.sqrt(((adv - mu) ** 2 * valid).sum() / (n - 1))
         adv = (adv - mu) / (std + 1e-8)
-    pg_loss = mean(torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)))
+    pg_losses = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef))
+    if decoupled:  # each step weighted by w = pi_prox / mu (no gradient), truncated at is_cap
+        behav_weight = torch.where(valid, mb["prox_logprobs"] - mb["logprobs"], torch.zeros_like(newlogprob)).exp()
+        is_weight = behav_weight.clamp(max=c.is_cap)
+        pg_losses = pg_losses * is_weight
+    pg_loss = mean(pg_losses)
     v_loss = 0.5 * mean((newvalue - mb["returns"]) ** 2)
     entropy_loss = mean(entropy)
     loss = pg_loss - c.ent_coef * entropy_loss + v_loss * c.vf_coef
@@ -68,6 +83,8 @@ def sequence_loss(algo, mb: dict[str, torch.Tensor], with_stats: bool):
     with torch.no_grad():
         stats = {"pg_loss": pg_loss.detach(), "v_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
                  "approx_kl": mean((ratio - 1) - logratio), "clipfrac": mean(((ratio - 1.0).abs() > c.clip_coef).float())}
+        if decoupled:  # approx_kl and clipfrac are then against pi_prox: what this update moved
+            stats.update(is_weight=mean(is_weight), is_truncated=mean((behav_weight > c.is_cap).float()))
     return loss, stats
 
 
