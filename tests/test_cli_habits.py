@@ -1,7 +1,8 @@
 """What a user of other command lines expects of this one: ``--version``, help for a bare command,
 defaults and an example in every ``--help``, "did you mean", ``show`` refusing what ``train``
 refuses, one line for a target that did not follow a changed env, a missing extra named with its
-install command, and pipelines made from ``--env`` and ``--algo``."""
+install command, pipelines made from ``--env`` and ``--algo`` (a bundled pipeline's settings, RL
+Zoo's or the algorithm's defaults), and Stable-Baselines3's names pointed to ours."""
 
 from __future__ import annotations
 
@@ -90,14 +91,105 @@ def test_a_changed_env_says_which_target_applies(capsys):
 
 
 def test_env_and_algo_make_a_pipeline_from_the_algorithms_defaults(capsys):
-    from tianji_dask.algos.ppo import PPOConfig
+    # neither a bundled pipeline nor RL Zoo trains Acrobot with IMPALA
+    from tianji_dask.algos.impala import IMPALAConfig
 
-    code, out, err = _main(capsys, "show", "--env", "Acrobot-v1", "--algo", "ppo", "-n", "5e4")
-    assert code == 0 and err == "", err
+    code, out, err = _main(capsys, "show", "--env", "Acrobot-v1", "--algo", "impala", "-n", "5e4")
+    assert code == 0 and err == ("tianji-dask: --env Acrobot-v1 --algo impala: using impala's defaults (no bundled "
+                                 "pipeline or RL Zoo entry for Acrobot-v1 with impala)\n"), err
     shown = yaml.safe_load(out)
-    assert shown["name"] == "acrobot_v1_ppo" and shown["env"]["id"] == "Acrobot-v1"
+    assert shown["name"] == "acrobot_v1_impala" and shown["env"]["id"] == "Acrobot-v1"
     assert shown["stop"]["target_return"] == -100 and shown["stop"]["max_env_steps"] == 50_000
-    assert shown["algo"]["config"] == PPOConfig().model_dump(mode="json")  # every hyperparameter, its default
+    assert shown["algo"]["config"] == IMPALAConfig().model_dump(mode="json")  # every hyperparameter, its default
+
+
+def test_env_and_algo_of_a_bundled_pipeline_train_its_settings(capsys):
+    from tianji_dask.config import bundled_pipelines_dir
+    from tianji_dask.config.from_env import pipeline_source
+
+    data, line = pipeline_source("Pendulum-v1", "sac")
+    assert data == yaml.safe_load((bundled_pipelines_dir() / "pendulum_sac.yaml").read_text())  # its settings, its target
+    assert line == "--env Pendulum-v1 --algo sac: using the bundled pipeline pendulum_sac's settings"
+    assert pipeline_source("CartPole-v1", "dqn")[1].endswith("the bundled pipeline cartpole_dqn's settings")  # not _per
+    code, out, err = _main(capsys, "show", "--env", "Pendulum-v1", "--algo", "sac", "--set", "stop.max_seconds=60")
+    assert code == 0 and err == f"tianji-dask: {line}\n", err
+    _, bundled, _ = _main(capsys, "show", "pendulum_sac", "--set", "stop.max_seconds=60")
+    assert out == bundled
+
+
+def test_env_and_algo_without_a_bundled_pipeline_take_rl_zoos_hyperparameters(capsys):
+    from tianji_dask.config import parse_pipeline
+    from tianji_dask.config.from_env import pipeline_source
+    from tianji_dask.config.zoo_hyperparams import ZOO, ZOO_ENTRY_OF
+
+    data, line = pipeline_source("Acrobot-v1", "ppo")  # ppo.yml: n_envs 16, n_steps 256, gae_lambda 0.94, n_epochs 4, normalize
+    assert line == ("--env Acrobot-v1 --algo ppo: using RL Zoo's hyperparameters for Acrobot-v1 "
+                    "(rl-baselines3-zoo hyperparams/ppo.yml), translated to this project's fields")
+    p = parse_pipeline(data)
+    assert (p.name, p.env.num_envs, p.chunk_steps, p.stop.target_return, p.stop.max_env_steps) == ("acrobot_v1_ppo", 16, 256, -100, 1_000_000)
+    c = p.algo_config
+    assert (c.lr, c.gae_lambda, c.gamma, c.update_epochs, c.ent_coef, c.clip_coef) == (3e-4, 0.94, 0.99, 4, 0.0, 0.2)
+    assert c.num_minibatches == 256 * 16 // 64 and c.normalize_obs and c.normalize_reward and c.activation == "tanh"
+    # dqn.yml's MountainCar-v0: train_freq 16, gradient_steps 8, a target copy every 600 env steps, 20% of 120k exploring
+    data, line = pipeline_source("MountainCar-v0", "dqn")
+    c = parse_pipeline(data).algo_config
+    assert "RL Zoo's hyperparameters for MountainCar-v0 (rl-baselines3-zoo hyperparams/dqn.yml)" in line
+    assert (c.lr, c.updates_per_env_step, c.target_update_interval, c.eps_decay_steps, c.eps_final) == (4e-3, 0.5, 300, 24_000, 0.07)
+    assert (c.hidden, c.n_step, c.double_q, c.batch_size, c.buffer_size, c.gamma) == ((256, 256), 1, False, 128, 10_000, 0.98)
+    # sac.yml's Hopper-v4 entry for gymnasium's Hopper-v5: SB3's defaults but 10k random steps first
+    data, line = pipeline_source("Hopper-v5", "sac")
+    c = parse_pipeline(data).algo_config
+    assert "RL Zoo's hyperparameters for Hopper-v4 (rl-baselines3-zoo hyperparams/sac.yml)" in line
+    assert (c.learning_starts, c.actor_lr, c.critic_lr, c.policy_frequency, c.autotune) == (10_000, 3e-4, 3e-4, 1, True)
+    # the flags (applied by the run as by parse_pipeline) win over the zoo's settings
+    p = parse_pipeline(pipeline_source("Acrobot-v1", "PPO")[0], overrides={"algo.config.lr": 1e-3, "stop.max_env_steps": 5})
+    assert (p.algo.name, p.algo_config.lr, p.stop.max_env_steps) == ("ppo", 1e-3, 5)
+    for algo, entries in ZOO.items():  # every entry of the table is a valid pipeline
+        for env_id in [*entries, *(v5 for v5, v4 in ZOO_ENTRY_OF.items() if v4 in entries)]:
+            data, line = pipeline_source(env_id, algo)
+            assert parse_pipeline(data).stop.max_env_steps, (env_id, algo)
+
+
+@pytest.mark.parametrize("typed", ["PPO", "Ppo"])
+def test_algo_names_are_read_in_any_case(capsys, typed):
+    code, out, err = _main(capsys, "show", "--env", "Acrobot-v1", "--algo", typed)
+    assert code == 0 and yaml.safe_load(out)["algo"]["name"] == "ppo", err
+    assert err.startswith("tianji-dask: --env Acrobot-v1 --algo ppo: using RL Zoo's"), err
+
+
+def test_a_misspelt_algo_is_one_line_with_the_closest_name(capsys):
+    code, out, err = _main(capsys, "train", "--env", "Acrobot-v1", "--algo", "ppoo")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("tianji-dask: error: --algo: unknown algorithm 'ppoo'; did you mean ppo? (allowed: dqn, impala, "), err
+
+
+@pytest.mark.parametrize("where,hint", [
+    ("algo: {name: ppo, config: {learning_rate: 3.0e-4}}", "algo.config.learning_rate: unknown key; allowed: activation, "),
+    ("algo: {name: ppo}\nlearning_rate: 3.0e-4", "learning_rate: unknown key; allowed: algo, "),
+])
+def test_an_sb3_name_in_a_pipeline_file_names_ours(tmp_path, capsys, where, hint):
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"env: {{id: CartPole-v1}}\n{where}\nstop: {{target_return: 475}}\n")
+    code, out, err = _main(capsys, "show", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1 and hint in err, err
+    assert err.rstrip().endswith("; did you mean algo.config.lr?"), err
+
+
+@pytest.mark.parametrize("pipeline,setting,hint", [
+    ("pendulum_sac", "learning_rate=1e-3", "; did you mean algo.config.actor_lr and algo.config.critic_lr?"),
+    ("cartpole_ppo", "algo.config.n_epochs=4", "; did you mean algo.config.update_epochs?"),
+    ("cartpole_ppo", "algo.config.clip_range=0.1", "; did you mean algo.config.clip_coef?"),
+    ("cartpole_ppo", "n_steps=128", "; did you mean chunk_steps? (vector steps per chunk)"),
+    ("cartpole_ppo", "batch_size=64", "; did you mean algo.config.num_minibatches? (a count: n_steps x n_envs / batch_size)"),
+    ("cartpole_ppo", "total_timesteps=1e5", "; did you mean stop.max_env_steps?"),
+    ("cartpole_dqn", "batch_size=64", "; did you mean algo.config.batch_size?"),
+    ("cartpole_dqn", "algo.config.exploration_final_eps=0.05", "; did you mean algo.config.eps_final?"),
+    ("cartpole_dqn", "algo.config.train_freq=4", "; did you mean algo.config.updates_per_env_step? (gradient_steps / train_freq)"),
+    ("pendulum_sac", "algo.config.ent_coef=0.1", "; did you mean algo.config.alpha? ('auto': algo.config.autotune)"),
+])
+def test_an_sb3_name_in_a_setting_names_ours(capsys, pipeline, setting, hint):
+    code, out, err = _main(capsys, "show", pipeline, "--set", setting)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.rstrip().endswith(hint), err
 
 
 @pytest.mark.parametrize("module,argv,hint", [
@@ -183,7 +275,9 @@ def test_env_and_algo_train_to_their_budget(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tianji_dask", "train", "--env", "Acrobot-v1", "--algo", "ppo", "-n", "50000",
                            "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert proc.stdout.startswith("tianji-dask: training acrobot_v1_ppo (Acrobot-v1, ppo, relaxed, 2 explorers)"), proc.stdout
+    assert proc.stdout.startswith("tianji-dask: --env Acrobot-v1 --algo ppo: using RL Zoo's hyperparameters for Acrobot-v1 "
+                                  "(rl-baselines3-zoo hyperparams/ppo.yml), translated to this project's fields\n"
+                                  "tianji-dask: training acrobot_v1_ppo (Acrobot-v1, ppo, relaxed, 2 explorers)"), proc.stdout
     assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["pipeline_config"]["stop"]["max_env_steps"] == 50_000 and results["target_return"] == -100

@@ -119,8 +119,8 @@ def test_bad_pipeline_is_one_clear_line(tmp_path, capsys, label, data, message):
         (["train"], "train: no pipeline; allowed: PIPELINE (a YAML file or a bundled name"),
         (["train", "--env", "CartPole-v1"], "--algo: missing; --env ID and --algo NAME go together"),
         (["train", "cartpole_dqn", "--env", "CartPole-v1", "--algo", "ppo"], "--env/--algo: make a pipeline of their own"),
-        (["train", "--env", "Pendulum-v1", "--algo", "sac"], "--env: Pendulum-v1 has no reward_threshold in its gymnasium spec, "
-                                                             "so the run needs a budget; allowed: -n/--total-timesteps N"),
+        (["train", "--env", "Pendulum-v1", "--algo", "impala"], "--env: Pendulum-v1 has no reward_threshold in its gymnasium spec, "
+                                                                "so the run needs a budget; allowed: -n/--total-timesteps N"),
         (["train", "--env", "Acrobat-v1", "--algo", "ppo"], "did you mean Acrobot-v1?"),
         (["train", "cartpole_dqn", "-n", "0"], "--total-timesteps must be a whole number >= 1, got '0'"),
         (["train", "cartpole_dqn", "--seed", "1", "--seeds", "2"], "argument --seeds: not allowed with argument --seed"),

@@ -1,6 +1,12 @@
-"""The notebooks run top to bottom in a real kernel."""
+"""The notebooks run top to bottom in a real kernel, with what the ``notebooks`` extra installs."""
 
+import ast
+import importlib.metadata
+import json
+import re
 import shutil
+import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -37,3 +43,61 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     for marker in EXPECT[path.name]:
         assert marker in outputs, f"{path.name} did not print {marker!r}"
+
+
+def _extra(name: str) -> set[str]:
+    """The distributions an extra of ours names, its own extras followed."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    names = set()
+    for req in pyproject["project"]["optional-dependencies"][name]:
+        dist = re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower().replace("_", "-")
+        names |= _extra(req.split("[")[1].split("]")[0]) if dist == "tianji-dask" else {dist}
+    return names
+
+
+def _imports(path: Path) -> set[str]:
+    """The top-level modules a notebook's code cells import."""
+    found = set()
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_notebooks_extra_installs_every_module_the_notebooks_import():
+    provided = _extra("notebooks") | {d.lower() for d in ("tianji-dask", *_core())}
+    by_module = importlib.metadata.packages_distributions()
+    for path in NOTEBOOKS:
+        for module in sorted(_imports(path) - set(sys.stdlib_module_names)):
+            dists = {d.lower().replace("_", "-") for d in by_module.get(module, [])} or {module}
+            # a module that comes with a dependency of a listed one (IPython with ipykernel) counts
+            assert dists & provided or dists & _requirements_of(provided), f"{path.name} imports {module}: in no extra"
+    assert {"jupyterlab", "nbconvert", "onnxruntime"} <= _extra("notebooks")
+    assert _extra("notebooks") <= _extra("test")  # the tests run the notebooks with it
+
+
+def _core() -> list[str]:
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    return [re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0] for req in pyproject["project"]["dependencies"]]
+
+
+def _requirements_of(dists: set[str]) -> set[str]:
+    """The distributions those installed ``dists`` require, one level down."""
+    found = set()
+    for dist in dists:
+        try:
+            reqs = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found |= {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs if "extra ==" not in r}
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_cell_has_an_id(path):
+    cells = json.loads(path.read_text())["cells"]
+    assert all(cell.get("id") for cell in cells), [i for i, c in enumerate(cells) if not c.get("id")]

@@ -8,13 +8,16 @@ and the dashboard pages are installed when a run starts its own cluster (or by
 
 from __future__ import annotations
 
+# the exception family: errors.py imports nothing, so these cost nothing to import
+from tianji_dask.errors import PipelineError, RunFailed, RunFault, TianjiError
+
 __version__ = "0.1.0"
-__all__ = ["AlgoConfig", "Algorithm", "Callback", "Evaluation", "Pipeline", "PipelineError", "Run", "RunFailed", "evaluate",
-           "install_dashboard", "load_pipeline", "load_policy", "sweep", "train"]
+__all__ = ["AlgoConfig", "Algorithm", "Callback", "Evaluation", "Pipeline", "PipelineError", "Run", "RunFailed", "RunFault",
+           "TianjiError", "evaluate", "install_dashboard", "load_pipeline", "load_policy", "sweep", "train"]
 
 _LAZY = {"AlgoConfig": "tianji_dask.algos", "Algorithm": "tianji_dask.algos", "Callback": "tianji_dask.callbacks",
-         "Pipeline": "tianji_dask.config", "PipelineError": "tianji_dask.config", "load_pipeline": "tianji_dask.config",
-         "Run": "tianji_dask.run", "RunFailed": "tianji_dask.errors", "train": "tianji_dask.run", "sweep": "tianji_dask.sweeps",
+         "Pipeline": "tianji_dask.config", "load_pipeline": "tianji_dask.config",
+         "Run": "tianji_dask.run", "train": "tianji_dask.run", "sweep": "tianji_dask.sweeps",
          "load_policy": "tianji_dask.export", "evaluate": "tianji_dask.playback.evaluate",
          "Evaluation": "tianji_dask.playback.evaluate"}
 

@@ -1,5 +1,12 @@
-"""The error a user causes, importable without the rest of the package: the CLI catches it
-before it imports anything heavy."""
+"""The package's exceptions, importable without the rest of the package: the CLI catches them
+before it imports anything heavy.
+
+Every error the package raises to a caller is a ``TianjiError``; each keeps the builtin base it
+had (``PipelineError`` is a ``ValueError``, ``RunFailed`` a ``RuntimeError``, ...), so an
+``except ValueError`` written before still catches what it caught. A run that did not succeed is
+a ``RunFailed``: the run ended on an error (``train`` raises it with the results), or a
+``RunFault`` stopped it (a cluster that could not start, a full disk, a cluster gone).
+"""
 
 
 def first_line(err: BaseException, chars: int = 300) -> str:
@@ -8,30 +15,39 @@ def first_line(err: BaseException, chars: int = 300) -> str:
     return f"{type(err).__name__}: {text[:chars]}" if text else type(err).__name__
 
 
-class PipelineError(ValueError):
-    """A user-caused configuration error; ``str()`` is the one line to show."""
+class TianjiError(Exception):
+    """The base of every error tianji_dask raises to a caller: ``except tianji_dask.TianjiError``
+    catches any of them (a bad pipeline, a run that failed, a run fault, a missing package a
+    callback needs, ...). ``str()`` is the one line to show."""
 
 
-class RunFault(RuntimeError):
-    """A fault outside the user's input that stopped a run (a full disk, a cluster gone); ``str()``
-    is the one line to show (exit 1 in the CLI)."""
+class PipelineError(TianjiError, ValueError):
+    """A user-caused configuration error; ``str()`` is the one line to show (exit 2 in the CLI)."""
 
 
-class RunFailed(RuntimeError):
-    """A run that ended on an error (an exception in the learner or an algorithm, non-finite
-    weights, an explorer stream failing again and again, a checkpoint that could not be written):
-    what ``tianji_dask.train`` raises. ``str()`` is the run's one line (``results["error"]``);
-    ``results`` is the results dict, written to the run's folder as for any other end."""
+class RunFailed(TianjiError, RuntimeError):
+    """A run that did not succeed: it ended on an error (an exception in the learner or an
+    algorithm, non-finite weights, an explorer stream failing again and again, a checkpoint that
+    could not be written), which is what ``tianji_dask.train`` raises, or a ``RunFault`` stopped it.
+    ``str()`` is the run's one line (``results["error"]``); ``results`` is the results dict,
+    written to the run's folder as for any other end (empty when there are none)."""
 
     def __init__(self, line: str, results: dict | None = None):
         super().__init__(line)
         self.results = results if results is not None else {}
 
-    def __reduce__(self):
-        return type(self), (str(self), self.results)
+    def __reduce__(self):  # with any attribute a subclass adds: it crosses Dask pickled
+        return type(self), (str(self), self.results), dict(self.__dict__)
 
 
-class ClusterLost(RuntimeError):
+class RunFault(RunFailed):
+    """A fault outside the user's input that stopped a run, or kept it from starting (its cluster
+    could not start, a full disk, a cluster gone); ``str()`` is the one line to show (exit 1 in
+    the CLI). A ``RunFailed``, so one ``except tianji_dask.RunFailed`` catches any run that did
+    not succeed; ``results`` is empty unless the run had results to give."""
+
+
+class ClusterLost(RunFault):
     """The cluster can no longer run the run's learners; ``str()`` says what happened. The run
     writes what it has and says how to resume."""
 
@@ -44,12 +60,15 @@ class SchedulerLost(ClusterLost):
         super().__init__(f"scheduler: the scheduler at {address} was lost, and the run's workers closed with it")
         self.address = address
 
+    def __reduce__(self):
+        return type(self), (self.address,), dict(self.__dict__)
+
 
 class LearnerWorkersGone(ClusterLost):
     """A learner's worker was lost and no worker offering the LEARNER resource came back."""
 
 
-class ExplorerError(RuntimeError):
+class ExplorerError(TianjiError, RuntimeError):
     """What an explorer's chunk raised (its env, or the algorithm's acting); ``str()`` is one line
     naming the stream, the env and, when the algorithm raised it, the class and method; ``detail``
     the traceback; ``env``: the env raised it (making, resetting or stepping it). Pickles with all
@@ -61,10 +80,10 @@ class ExplorerError(RuntimeError):
         self.env = env
 
     def __reduce__(self):
-        return type(self), (str(self), self.detail, self.env)
+        return type(self), (str(self), self.detail, self.env), dict(self.__dict__)
 
 
-class EnvError(RuntimeError):
+class EnvError(TianjiError, RuntimeError):
     """An env raised while it was made, reset or stepped (``__cause__``: what it raised); ``str()``
     is ``"Type: message"`` of that exception."""
 

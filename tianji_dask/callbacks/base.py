@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from tianji_dask.errors import TianjiError
+
 
 class Callback:
     """Subclass and override the hooks you need; each is a no-op here.
@@ -39,7 +41,7 @@ class Callback:
         once every learner is done). Called once, also for a callback that stopped getting events."""
 
 
-class MissingDependency(ImportError):
+class MissingDependency(TianjiError, ImportError):
     """A callback needs a package that is not installed; ``str()`` is the one line to show."""
 
 

@@ -90,7 +90,8 @@ class _Override(argparse.Action):
 
 def source(args) -> tuple[object, dict]:
     """(the pipeline, the settings the flags give) of ``train`` or ``show``: PIPELINE, or the one
-    ``--env ID --algo NAME`` make from the algorithm's defaults. PipelineError in one line when
+    ``--env ID --algo NAME`` make (a bundled pipeline's settings, RL Zoo's or the algorithm's
+    defaults), with a line naming which among the command's notes. PipelineError in one line when
     there is neither, only half of the pair, or both a PIPELINE and the pair."""
     from tianji_dask.errors import PipelineError
 
@@ -105,9 +106,14 @@ def source(args) -> tuple[object, dict]:
                             "PIPELINE or --env ID --algo NAME (to change a pipeline's env: --set env.id=ID)")
     if args.env is None or args.algo is None:
         raise PipelineError(f"{'--env' if args.env is None else '--algo'}: missing; --env ID and --algo NAME go together")
-    from tianji_dask.config.from_env import pipeline_for
+    import logging
 
-    return pipeline_for(args.env, args.algo, settings), settings
+    from tianji_dask.cli.output import LOGGER
+    from tianji_dask.config.from_env import pipeline_source
+
+    pipeline, line = pipeline_source(args.env, args.algo, settings)
+    logging.getLogger(LOGGER).warning(line)  # a line of the command's output (stderr for show)
+    return pipeline, settings
 
 
 def overrides(args) -> dict:
@@ -148,8 +154,10 @@ def _source(parser, *, budget: bool) -> None:
     """PIPELINE, or --env and --algo (a pipeline made from the algorithm's defaults)."""
     parser.add_argument("pipeline", nargs="?", help=PIPELINE_HELP + "; or give --env and --algo instead")
     parser.add_argument("--env", metavar="ID", help="a gymnasium env id to train on, with --algo instead of a PIPELINE: "
+                        "the bundled pipeline of that env and algorithm, else RL Zoo's hyperparameters for them, else "
                         "the algorithm's defaults, solved at the env's reward_threshold where its spec has one")
-    parser.add_argument("--algo", metavar="NAME", help="the algorithm for --env: dqn, impala, maddpg, ppo, sac or module:Class")
+    parser.add_argument("--algo", metavar="NAME", help="the algorithm for --env: dqn, impala, maddpg, ppo, sac (any case) "
+                        "or module:Class")
     if budget:
         _total_timesteps(parser, "stop after N env steps (stop.max_env_steps; accepts 1e6)")
 

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from tianji_dask.cli.output import unsolved
 from tianji_dask.cli.parser import overrides, source
 from tianji_dask.cli.signals import EXIT_TERMINATED, Invocation
 from tianji_dask.cli.train import new_run, start_workers_early, train_run
@@ -26,22 +27,21 @@ def iqm(values: list[float]) -> float:
 
 def _row(seed: int, run) -> dict:
     r = run.results or {}
-    return {"seed": seed, "out": str(run.out), "solved": bool(r.get("solved")), "stop_reason": r.get("stop_reason"),
-            "time_to_solve_s": r.get("time_to_solve_s"), "wall_s": r.get("wall_s"), "env_steps": r.get("env_steps"),
-            "final_mean_return": r.get("final_mean_return"), "error": r.get("error")}
+    return {"seed": seed, "out": str(run.out), "solved": bool(r.get("solved")), "target_return": r.get("target_return"),
+            "stop_reason": r.get("stop_reason"), "time_to_solve_s": r.get("time_to_solve_s"), "wall_s": r.get("wall_s"),
+            "env_steps": r.get("env_steps"), "final_mean_return": r.get("final_mean_return"), "error": r.get("error")}
 
 
-def summary(rows: list[dict]) -> tuple[list[str], dict]:
+def summary(rows: list[dict], stopped_by: str = "Ctrl-C") -> tuple[list[str], dict]:
     """The lines that end a ``--seeds`` invocation, and what ``seeds.json`` holds. Time-to-solve's
-    IQM counts an unsolved seed at the time it stopped: then it is a lower bound, and says so."""
+    IQM counts an unsolved seed at the time it stopped: then it is a lower bound, and says so.
+    ``stopped_by``: what stopped a seed that was asked to stop (Ctrl-C, SIGTERM)."""
     lines = []
     for r in rows:
         if r["solved"]:
             lines.append(f"seed {r['seed']}: solved in {r['time_to_solve_s']:.2f} s, {r['env_steps']:,} env steps ({r['out']})")
         else:
-            mean = "-" if r["final_mean_return"] is None else f"{r['final_mean_return']:.1f}"
-            lines.append(f"seed {r['seed']}: not solved (stopped: {r['stop_reason']}) after {r['wall_s']:.1f} s, "
-                         f"{r['env_steps']:,} env steps, final mean return {mean} ({r['out']})")
+            lines.append(f"seed {r['seed']}: {unsolved(r, stopped_by)} ({r['out']})")
     solved = sum(r["solved"] for r in rows)
     times = [r["time_to_solve_s"] if r["solved"] else r["wall_s"] for r in rows if r["wall_s"] is not None]
     value = iqm(times) if times else None
@@ -72,7 +72,7 @@ def cmd_seeds(args, invocation: Invocation) -> int:
         code = max(code, status)
         if status == EXIT_TERMINATED or rows[-1]["stop_reason"] == "stopped":  # Ctrl-C or SIGTERM: no more seeds
             break
-    lines, record = summary(rows)
+    lines, record = summary(rows, "SIGTERM" if invocation.sigterm.received else "Ctrl-C")
     for line in lines:
         print(f"tianji-dask: {line}", flush=True)
     if out is not None:

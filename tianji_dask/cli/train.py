@@ -7,9 +7,11 @@ from __future__ import annotations
 import sys
 import time
 
+from tianji_dask.cli.output import unsolved
 from tianji_dask.cli.parser import overrides, source
 from tianji_dask.cli.signals import EXIT_TERMINATED, Invocation
 from tianji_dask.errors import PipelineError
+from tianji_dask.run import legs  # light: the resume is checked before the workers start
 
 
 def _fmt(value, spec=".1f", none="-"):
@@ -57,6 +59,13 @@ def cmd_resume(args, invocation: Invocation) -> int:
     if fixed:  # the checkpoint holds this env's, this algorithm's, these groups' learners
         raise PipelineError(f"{fixed[0]}: a resumed run keeps the one its checkpoint was written with; "
                             "allowed: budgets (stop.*), explorers, the controller, the cluster, algo.config.*")
+    try:  # before anything starts: a rule still in force ends the resume here, the run's files untouched
+        legs.check(args.run_dir, settings)
+    except legs.NothingToResume as done:
+        if not done.solved:
+            raise  # a budget used up: the usage error's line and exit
+        print(f"tianji-dask: {done}", flush=True)
+        return 0
     t_ready = start_workers_early(settings, args.verbose)
     from tianji_dask.run import Run
 
@@ -93,8 +102,9 @@ def train_run(run, invocation: Invocation, verbose: bool = False) -> int:
         run.close()  # a batch system's SIGTERM reaches the starting workers too: the start failed because of it
         raise KeyboardInterrupt from None
     if run.dashboard_link:
-        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={run.run_id}"
+        tianji_page = run.dashboard_link.rsplit("/", 1)[0] + f"/tianji?run={run.run_key}"
         print(f"tianji-dask: dashboard {run.dashboard_link} (this run: {tianji_page})", flush=True)
+    run.wait_for_picture = False  # learning_curve.png is drawn as the lines below are printed
     try:
         results = run.wait(on_status=sigterm.checked(lambda status: None))
     except KeyboardInterrupt:
@@ -115,11 +125,9 @@ def train_run(run, invocation: Invocation, verbose: bool = False) -> int:
             f"from process start), {results['env_steps']:,} env steps"
         )
     else:
-        print(
-            f"tianji-dask: not solved (stopped: {results['stop_reason']}) after {results['wall_s']:.1f} s, "
-            f"{results['env_steps']:,} env steps, final mean return {_fmt(results['final_mean_return'])}"
-        )
+        print(f"tianji-dask: {unsolved(results, 'SIGTERM' if sigterm.received else 'Ctrl-C')}")
     print(f"tianji-dask: results {run.results_path}")
+    run.picture_written()
     if verbose:
         _print_timings(run)
     if sigterm.received:

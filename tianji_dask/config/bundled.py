@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
 import yaml
 
+from tianji_dask.config.validation import did_you_mean_name
 from tianji_dask.errors import PipelineError
 
 
@@ -29,8 +29,7 @@ def resolve_pipeline_path(path: str | os.PathLike) -> Path:
     if bundled.exists():
         return bundled
     names = sorted(q.stem for q in bundled_pipelines_dir().glob("*.yaml"))
-    close = difflib.get_close_matches(str(path), names, n=2, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    hint = did_you_mean_name(str(path), names)
     raise PipelineError(f"pipeline: {str(path)!r} is neither a file nor a bundled pipeline{hint} "
                         f"(allowed: a YAML file or a bundled name: {', '.join(names)})")
 

@@ -149,7 +149,8 @@ class AlgoSection(StrictModel):
 
 class StopConfig(StrictModel):
     target_return: float | None = Field(None, description="solved when the running mean reaches it")
-    window: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100)")
+    mean_episodes: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100); "
+                               "formerly `window`, which still works")
     max_env_steps: int | None = Field(None, ge=1)
     max_updates: int | None = Field(None, ge=1)
     max_seconds: float | None = Field(None, gt=0)
@@ -273,7 +274,8 @@ class CheckpointConfig(StrictModel):
     every_seconds: float | None = Field(60.0, gt=0, description="write one at least this often; null: not by time")
     every_versions: int | None = Field(None, ge=1, description="write one every this many learner versions")
     keep: int = Field(3, ge=1, description="newest checkpoints kept")
-    replay: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills its warm-up")
+    replay_buffer: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills "
+                                "its warm-up; formerly `replay`, which still works")
 
 
 class ReduceConfig(StrictModel):
@@ -287,6 +289,7 @@ class ReduceConfig(StrictModel):
 
 class LoggingConfig(StrictModel):
     tensorboard: bool = Field(False, description="TensorBoard scalars in RUN_DIR/tensorboard (needs the tensorboard package)")
+    plot: bool = Field(True, description="RUN_DIR/learning_curve.png at the end of the run: its returns against env steps and time")
 
 
 class LearnerJobConfig(StrictModel):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from tianji_dask.core.metrics import atomic_write
-from tianji_dask.errors import PipelineError
+from tianji_dask.errors import PipelineError, TianjiError
 
 FORMAT = 1
 NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
@@ -35,7 +35,7 @@ class CheckpointError(PipelineError):
     """A missing or unreadable checkpoint; ``str()`` is the one line to show (exit 2 in the CLI)."""
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(TianjiError, OSError):
     """A checkpoint could not be written (a full disk, a folder gone); ``str()`` is one line."""
 
 

@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 
+from tianji_dask.errors import TianjiError
 
-class NumericFault(RuntimeError):
+
+class NumericFault(TianjiError, RuntimeError):
     """A non-finite loss or weights: the run stops and nothing non-finite is published."""
 
 

@@ -17,6 +17,12 @@ CHUNK_FIELDS = (
     "t_consumed", "explorer_id", "submit_version", "policy_version", "consumed_version", "staleness_versions",
     "age_s", "env_steps", "nbytes", "t_start", "t_end",
 )
+#: the CSVs' columns of whole numbers (counts, ids, versions, seeds): written as integers (``12``,
+#: not ``12.0``) when every value of the column is one; times, returns and the rest stay floats
+WHOLE_FIELDS = frozenset({
+    "length", "explorer_id", "submit_version", "policy_version", "consumed_version", "staleness_versions", "env_steps",
+    "nbytes", "version", "episodes", "stream", "stream_serial", "env_seed", "updates_before", "skipped",
+})
 
 
 def time_to_solve(episodes: np.ndarray, target: float, window: int = 100) -> float | None:
@@ -81,12 +87,13 @@ def age_summary(ages: np.ndarray) -> dict:
     }
 
 
-def atomic_write(path: Path, write) -> None:
-    """Write ``path`` through ``write(fh)`` to a temp file renamed over it: a reader never sees half of it."""
+def atomic_write(path: Path, write, binary: bool = False) -> None:
+    """Write ``path`` through ``write(fh)`` to a temp file renamed over it: a reader never sees half
+    of it. ``fh`` is a text file, or with ``binary`` a bytes one."""
     # opened as any file is (the user's umask), named apart by process as checkpoint.save does
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", newline="") as fh:
+        with open(tmp, "wb") if binary else open(tmp, "w", newline="") as fh:
             write(fh)
         os.replace(tmp, path)
     except BaseException:
@@ -106,7 +113,7 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
         def write(fh):
             w = csv.writer(fh)
             w.writerow(fields)
-            w.writerows(table.tolist())
+            w.writerows(csv_rows(fields, table))
         return write
 
     atomic_write(out / "episodes.csv", rows(EPISODE_FIELDS, episodes))
@@ -126,6 +133,20 @@ def write_results(out_dir: str | os.PathLike, results: dict, episodes: np.ndarra
             errors["file"] = ENV_ERRORS_FILE
     atomic_write(out / "results.json", lambda fh: json.dump(results, fh, indent=2, sort_keys=True))
     return out / "results.json"
+
+
+def csv_rows(fields, table: np.ndarray):
+    """``table``'s rows as lists of Python numbers, a ``WHOLE_FIELDS`` column as ints when every
+    value of it is a finite whole number (a column that holds anything else stays floats)."""
+    table = np.asarray(table, dtype=np.float64)
+    if table.ndim != 2 or table.shape[1] != len(fields):
+        return table.tolist()
+    columns = []
+    for j, name in enumerate(fields):
+        column = table[:, j]
+        whole = name in WHOLE_FIELDS and bool(np.isfinite(column).all()) and bool((column == np.trunc(column)).all())
+        columns.append(column.astype(np.int64).tolist() if whole else column.tolist())
+    return [list(row) for row in zip(*columns)]
 
 
 def read_episodes(out_dir: str | os.PathLike) -> np.ndarray:

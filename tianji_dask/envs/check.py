@@ -17,7 +17,7 @@ import numpy as np
 
 from tianji_dask.envs.marl import is_parallel_env_id
 from tianji_dask.envs.vector import env_spec, make_single_env, make_vec_env, vectorization_mode
-from tianji_dask.errors import first_line
+from tianji_dask.errors import TianjiError, first_line
 
 #: spaces whose observations are arrays of the space's shape
 SHAPED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -26,12 +26,15 @@ NOT_THE_ENVS = ("is different from the unwrapped version",)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class EnvCheckError(Exception):
+class EnvCheckError(TianjiError):
     """The env failed its pre-flight; ``str()`` is one line: the stage and what it raised."""
 
     def __init__(self, stage: str, what: str):
         super().__init__(f"{stage} {what}")
-        self.stage = stage
+        self.stage, self.what = stage, what
+
+    def __reduce__(self):
+        return type(self), (self.stage, self.what), dict(self.__dict__)
 
 
 @dataclass

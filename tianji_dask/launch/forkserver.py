@@ -123,3 +123,32 @@ def ignoring(signum: int):
         yield
     finally:
         signal.signal(signum, previous)
+
+
+@contextlib.contextmanager
+def interrupts_held(method: str):
+    """While worker processes start: a Ctrl-C (which a terminal sends to the workers too) would
+    kill them half-started, and the start would end in tracebacks. Forked from the forkserver,
+    they ignore it from birth, so this process holds it: one line says so at once, and the
+    KeyboardInterrupt comes as the block ends. Spawned, a child takes this process's disposition
+    only if it is to ignore: then Ctrl-C is ignored while they start."""
+    if method != "forkserver" or threading.current_thread() is not threading.main_thread():
+        with ignoring(signal.SIGINT):
+            yield
+        return
+    held = []
+
+    def hold(signum, frame):
+        if not held:
+            from tianji_dask.run.quiet import say
+
+            say("Ctrl-C: the run stops as soon as its worker processes have started (a few seconds)")
+        held.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt

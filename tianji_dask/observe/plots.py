@@ -1,4 +1,5 @@
-"""PNG figures from recorded runs (``tianji-dask plot RUN_DIR [RUN_DIR ...]``).
+"""PNG figures from recorded runs (``tianji-dask plot RUN_DIR [RUN_DIR ...]``), and the one a
+run leaves in its own folder as it ends (``learning_curve.png``, ``write_learning_curve``).
 
 Several runs go on the same axes, labelled by pipeline, mode and seed, for comparisons. Reads
 only what every run writes: ``results.json``, ``episodes.csv`` and ``chunks.csv``.
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tianji_dask.errors import PipelineError
-from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS
+from tianji_dask.core.metrics import CHUNK_FIELDS, EPISODE_FIELDS, atomic_write
 
 FIGURES = ("return_vs_time.png", "return_vs_env_steps.png", "staleness_hist.png", "throughput.png")
 
@@ -47,6 +48,60 @@ def _running_mean(x: np.ndarray, window: int) -> np.ndarray:
     return (c[i] - c[lo]) / (i - lo)
 
 
+def _curve(results: dict, episodes: np.ndarray, chunks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each training episode in end-time order: (seconds since run start, env steps consumed by
+    then, from the chunk log, its return, the running mean of returns over the stop window)."""
+    if not len(episodes):
+        return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
+    t0 = results["t_run_start"]
+    window = results.get("pipeline_config", {}).get("stop", {}).get("window", 100)
+    order = np.argsort(episodes[:, 0], kind="stable")
+    t_ep, returns = episodes[order, 0] - t0, episodes[order, 1]
+    if len(chunks):
+        t_ch = chunks[:, CHUNK_FIELDS.index("t_consumed")] - t0
+        steps = np.cumsum(chunks[:, CHUNK_FIELDS.index("env_steps")])
+        steps_at_ep = np.interp(t_ep, t_ch, steps)
+    else:
+        steps_at_ep = np.zeros_like(t_ep)
+    return t_ep, steps_at_ep, returns, _running_mean(returns, window)
+
+
+def write_learning_curve(path: str | Path, results: dict, episodes: np.ndarray, chunks: np.ndarray) -> Path:
+    """One PNG of a run's training returns (each episode's, and their running mean over the stop
+    window) against env steps and against seconds since the run started, with the target when
+    there is one; written whole or not at all. Draws without pyplot, so it may run on a thread
+    of its own."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    t_ep, steps, returns, mean = _curve(results, episodes, chunks)
+    window = results.get("pipeline_config", {}).get("stop", {}).get("window", 100)
+    target = results.get("target_return")
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, x, label in ((axes[0], steps, "env steps"), (axes[1], t_ep, "seconds since run start")):
+        ax.plot(x, returns, ".", markersize=2, alpha=0.25, color="tab:blue", label="episode return")
+        ax.plot(x, mean, color="tab:blue", linewidth=1.5, label=f"mean of the last {window} episodes")
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("return")
+    axes[0].legend(fontsize=8, loc="lower right")
+    if results.get("solved"):
+        outcome = f"solved in {results['time_to_solve_s']:.2f} s"
+    else:
+        outcome = "not solved" if target is not None else "no target"
+    fig.suptitle(f"{results.get('pipeline', path.parent.name)}: {results.get('env_id', '')}, {results.get('algo', '')}, "
+                 f"{results.get('mode', '')}, seed {results.get('seed', '?')}; {outcome}, "
+                 f"{int(results.get('env_steps') or 0):,} env steps, {len(returns):,} episodes", fontsize=10)
+    fig.tight_layout()
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=100), binary=True)
+    return path
+
+
 def write_plots(runs: list[dict], out_dir: str | Path) -> list[Path]:
     import matplotlib
 
@@ -59,14 +114,8 @@ def write_plots(runs: list[dict], out_dir: str | Path) -> list[Path]:
     for run in runs:
         res, eps, ch = run["results"], run["episodes"], run["chunks"]
         t0 = res["t_run_start"]
-        window = res.get("pipeline_config", {}).get("stop", {}).get("window", 100)
-        order = np.argsort(eps[:, 0]) if len(eps) else np.zeros(0, dtype=int)
-        t_ep = eps[order, 0] - t0 if len(eps) else np.zeros(0)
-        mean = _running_mean(eps[order, 1], window) if len(eps) else np.zeros(0)
-        # env steps consumed by each episode's end, from the chunk log
+        t_ep, steps_at_ep, _, mean = _curve(res, eps, ch)  # env steps consumed by each episode's end
         t_ch = ch[:, CHUNK_FIELDS.index("t_consumed")] - t0 if len(ch) else np.zeros(0)
-        steps = np.cumsum(ch[:, CHUNK_FIELDS.index("env_steps")]) if len(ch) else np.zeros(0)
-        steps_at_ep = np.interp(t_ep, t_ch, steps) if len(ch) else np.zeros_like(t_ep)
         figs["return_vs_time.png"][1].plot(t_ep, mean, label=run["label"])
         figs["return_vs_env_steps.png"][1].plot(steps_at_ep, mean, label=run["label"])
         stale = ch[:, CHUNK_FIELDS.index("staleness_versions")] if len(ch) else np.zeros(0)

@@ -19,10 +19,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tianji_dask.errors import PipelineError
+from tianji_dask.errors import PipelineError, TianjiError
 
 
-class ReplayMismatch(Exception):
+class ReplayMismatch(TianjiError):
     """The re-execution did not reach the recorded weights; ``str()`` is one line."""
 
 
@@ -52,7 +52,11 @@ def _read(run_dir: Path) -> tuple[dict, list[dict]]:
     meta = results.get("replay") or {}
     if not meta.get("replayable"):
         why = meta.get("why_not") or "it kept no replay log (single mode, or group mode)"
-        raise PipelineError(f"replay: this run cannot be replayed exactly: {why}")
+        from tianji_dask.run.legs import leg_dirs
+
+        first = next(iter(leg_dirs(run_dir)), None)  # a resumed run's first leg is a run folder of its own
+        also = f"; its first leg can be: tianji-dask replay {first}" if first and (first / "replay.csv").is_file() else ""
+        raise PipelineError(f"replay: this run cannot be replayed exactly: {why}{also}")
     if results.get("learner_restarts"):
         raise PipelineError("replay: this run cannot be replayed exactly: its learner was rebuilt after a worker loss")
     if len(rows) != meta.get("rows"):

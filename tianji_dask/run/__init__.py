@@ -7,8 +7,20 @@ in this process, over ``single``'s loop; ``dask_backend`` on a cluster, which al
 learners); ``groups`` pools group mode's learners into one run; ``accounting`` reads where the
 time and CPU went.
 """
-from tianji_dask.run.handle import Run
-from tianji_dask.run.specs import checkpoint_dirs, group_dirs
-from tianji_dask.run.one_call import train
+from __future__ import annotations
 
 __all__ = ["Run", "checkpoint_dirs", "group_dirs", "train"]
+
+# loaded on first use: ``legs`` and ``quiet`` serve the CLI before it imports torch
+_LAZY = {"Run": "tianji_dask.run.handle", "checkpoint_dirs": "tianji_dask.run.specs",
+         "group_dirs": "tianji_dask.run.specs", "train": "tianji_dask.run.one_call"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tianji_dask.run' has no attribute {name!r}")

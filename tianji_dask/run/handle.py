@@ -9,20 +9,21 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_path
 from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
+from tianji_dask.errors import RunFault
 from tianji_dask.dataflow.controller import settings as controller_settings
-from tianji_dask.launch import forkserver
-from tianji_dask.run import provenance, quiet, run_folder, specs
+from tianji_dask.launch import forkserver, main_guard
+from tianji_dask.run import legs, picture, provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
 from tianji_dask.run.checks import PipelineLike, as_pipeline, check_pipeline
-from tianji_dask.run.ending import RunEnding
-from tianji_dask.run.groups import pool_status
-from tianji_dask.run.progress import in_notebook, show_page
+from tianji_dask.run.ending import Ending
+from tianji_dask.run.progress import Progress, in_notebook, show_page
 from tianji_dask.run.startup import process_start_time
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 CHECKPOINT_SEED_STRIDE = 7919  # env seeds of a run started from version v: seed + stride * (v + 1)
 
 
-class Run(RunEnding):
+class Run:
     """One training run.
 
     ``pipeline``: a Pipeline, a dict, a YAML path or a bundled name (``"cartpole_ppo"``).
@@ -70,6 +71,9 @@ class Run(RunEnding):
         self.verbose = bool(verbose)
         self._provenance: dict | None = None
         self.run_id = uuid.uuid4().hex[:8]
+        #: what the run's Dask keys and the controller's books go by: the run id, but each resumed
+        #: leg's own (a cluster may still hold an earlier leg's keys; results keep the run id)
+        self.run_key = self.run_id
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = Path(out) if out is not None else Path("runs") / f"{p.name}-{p.mode}-{stamp}-{self.run_id}"
         if self.out.exists() and not self.out.is_dir():
@@ -85,9 +89,16 @@ class Run(RunEnding):
         self._client = client
         self._backend: Backend | None = None
         self._attaching = False  # made by ``attach``: ``start`` reconnects to the run instead
-        self._group_stop: str | None = None  # why the run stopped its groups (group mode)
-        self._finals: list[dict] | None = None  # one per learner
-        self._last_status: dict | None = None  # the last status a poll brought
+        #: a resume's: the results of the leg it continues (``legs.previous_results``), None for a first leg
+        self._before: dict | None = None
+        #: what this leg's results say of the legs before it (``legs.history``), set as it starts
+        self._earlier: dict | None = None
+        self._ending: Ending | None = None  # waiting for the end, once started
+        self._drawing = None  # the thread drawing learning_curve.png
+        #: ``wait()`` returns once learning_curve.png is written (True), or as soon as the results
+        #: are, the picture still being drawn (False): the CLI says how the run ended first, then
+        #: waits for it with ``picture_written``
+        self.wait_for_picture = True
         self.results: dict | None = None
         #: newer checkpoints a resume passed over, one line each (damaged files)
         self.skipped_checkpoints: list[str] = []
@@ -116,11 +127,14 @@ class Run(RunEnding):
         d = Path(run_dir)
         if not (d / "pipeline.yaml").is_file():
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
+        legs.check(d, overrides)  # a rule still in force: one line, nothing started or changed
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
         found = [checkpoint.newest_loadable(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]  # one line when none loads
         run = cls(pipeline, client, out=d, imported_at=imported_at, _resume_from=[str(path.resolve()) for path, _, _ in found],
                   _from_version=max(int(state["version"]) for _, state, _ in found), **options)
         run.skipped_checkpoints = [line for _, _, skipped in found for line in skipped]
+        run._before = legs.previous_results(d) or {}
+        run.run_id = run._before.get("run_id") or run.run_id  # one run, one id, however many legs (run_key: this leg's)
         return run
 
     @classmethod
@@ -135,6 +149,8 @@ class Run(RunEnding):
         record = attach.read_run_file(d)
         run = cls(load_pipeline(d / "pipeline.yaml"), out=d, _resume_from=record["resume_from"], **options)
         run.run_id, run.t_process_start, run._env_seed = record["run_id"], record["t_process_start"], record["env_seed"]
+        run.run_key = record.get("run_key", run.run_id)
+        run._earlier = record.get("earlier")
         run._startup = dict(record["startup"])
         run._attaching = True
         return run
@@ -159,7 +175,7 @@ class Run(RunEnding):
 
     @property
     def plan(self) -> RunPlan:
-        return RunPlan(pipeline=self.pipeline, prepared=self._prepared, run_id=self.run_id, out=self.out,
+        return RunPlan(pipeline=self.pipeline, prepared=self._prepared, run_id=self.run_key, out=self.out,
                        t_process_start=self.t_process_start, env_seed=self._env_seed, resume_from=self.resume_from,
                        learner_worker=self.learner_worker, explorer_hosts=self.explorer_hosts, callbacks=self.callbacks,
                        verbose=self.verbose)
@@ -195,9 +211,12 @@ class Run(RunEnding):
         """Start (or join) the cluster and the learners; returns at once, the run training."""
         if self._backend is not None:
             raise RuntimeError("start: this run has already started")
+        if self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "local":
+            main_guard.refuse_unguarded()  # its workers would run the script again: one line, exit 2
         forkserver.quiet_resource_tracker(self.verbose)
         with quiet.kept_quiet(self.verbose):
             self._start()
+        self._ending = Ending(self._backend, self._rules, self.pipeline.groups, self.stop)
         moved = quiet.dashboard_moved(self.pipeline.cluster.dashboard_address, self.dashboard_link) if self.cluster else None
         if moved:
             quiet.say(f"dashboard port {moved[0]} is taken; using {moved[1]}")
@@ -216,9 +235,14 @@ class Run(RunEnding):
             return
         self._provenance = provenance.at_start(self.pipeline, self.source)
         outlives = self.pipeline.mode != "single" and self._client is None and self.pipeline.cluster.kind == "address"
+        if self._before is not None:  # a resume: the last leg's records move apart before this one writes any
+            legs.archive(self.out)
+            self._earlier = legs.history(self.out, self._before)
         fresh = run_folder.prepare(self.out, self.pipeline, run_file={  # what `tianji-dask attach` reads back
-            "run_id": self.run_id, "scheduler": self.pipeline.cluster.address, "t_process_start": self.t_process_start,
+            "run_id": self.run_id, "run_key": self.run_key, "scheduler": self.pipeline.cluster.address,
+            "t_process_start": self.t_process_start,
             "startup": self._startup, "resume_from": list(self.resume_from), "env_seed": self._env_seed,
+            "earlier": self._earlier,
         } if outlives else None)
         if self.pipeline.mode == "single":
             self._backend = SingleBackend(self.plan)
@@ -241,17 +265,53 @@ class Run(RunEnding):
 
     def status(self) -> dict:
         """The run's live figures; in group mode pooled over groups, each group's under "groups"."""
-        if self._backend is None:
+        if self._backend is None or self._ending is None:
             return {"done": False}
         reports = self._backend.reports(0.0)
         if reports is None:  # a learner was just rebuilt
             return {"done": False}
-        return self._pooled(reports)
+        return self._ending.pooled(reports)
 
-    def _pooled(self, reports) -> dict:
-        """One status over the learners' reports (group mode pools them), with whether all are done."""
-        status = pool_status([r.status for r in reports], self._rules, self._group_stop)
-        return {**status, "done": all(r.done for r in reports)}
+    def wait(self, timeout: float | None = None, poll_s: float = 0.25, on_status: Callable[[dict], None] | None = None) -> dict:
+        """Block until the run ends (or ``timeout`` s, then stop it); write and return results.
+        ``on_status(status)`` is called with each status; should it raise (or the driver's own
+        supervision), the run is stopped and its results written, ``stop_reason: driver_error``."""
+        if self.results is not None:
+            return self.results
+        backend = self._started()
+        with quiet.kept_quiet(self.verbose), Progress(self.pipeline.mode, self.progress) as progress:
+            ended = self._ending.wait(timeout, poll_s, on_status, progress)
+        results, episodes, chunks, replay = self._ending.results(self._record(), ended)
+        if ended.lost is not None:
+            backend.abandon()
+        self.results = results  # the caller's, in memory, even when the folder cannot take it
+        try:
+            self.results_path = results_writer.write(self.out, results, episodes, chunks, replay)
+        except RunFault:
+            self.close()
+            raise
+        t_written = time.time()
+        self._drawing = picture.start(self.pipeline.logging.plot, self.out, results, episodes, chunks)  # as the cluster closes
+        self.close()
+        if ended.lost is None:
+            t_stop = results["t_run_start"] + results["wall_s"]
+            self.shutdown = {"results_written_s": t_written - t_stop, "closed_s": time.time() - t_stop}
+        if self.wait_for_picture:
+            self.picture_written()
+        return results
+
+    def picture_written(self, timeout: float = picture.WAIT_S) -> None:
+        """Wait (at most ``timeout`` s) until learning_curve.png is written, or has failed to be."""
+        picture.finish(self._drawing, timeout)
+
+    def _record(self) -> results_writer.RunRecord:
+        """What the results say of the run besides its learners' books (its origins read as it
+        started; an attached run's now)."""
+        return results_writer.RunRecord(
+            pipeline=self.pipeline, run_id=self.run_id, rules=self._rules, out=self.out,
+            t_process_start=self.t_process_start, startup={**self._startup, **self._backend.startup},
+            provenance=self._provenance or provenance.at_start(self.pipeline, self.source), env_seed=self._env_seed,
+            earlier=self._earlier)
 
     def _cluster_backend(self, what: str):
         from tianji_dask.run.dask_backend import DaskBackend
@@ -270,14 +330,14 @@ class Run(RunEnding):
         notebook, with links to it and to the whole dashboard."""
         if not self.dashboard_link:
             raise RuntimeError("live: this run has no dashboard (single mode, not started, or cluster.dashboard_address: null)")
-        return show_page(self.dashboard_link, self.run_id, height)
+        return show_page(self.dashboard_link, self.run_key, height)
 
     def configure(self, **settings) -> dict:
         """Change the staleness controller while the run goes on, e.g.
-        ``run.configure(staleness_target=4)``. Accepts the settings ``dataflow.settings.LIVE``
-        names (replay_ratio as [min, max]); ``None`` switches a target or filter off. Returns the
-        controller's new state. A bad value raises ValueError, the line a pipeline's would read
-        without its ``controller.``."""
+        ``run.configure(staleness_target=4)``. Accepts the settings
+        ``dataflow.controller.settings.LIVE`` names (replay_ratio as [min, max]); ``None`` switches
+        a target or filter off. Returns the controller's new state. A bad value raises ValueError,
+        the line a pipeline's would read without its ``controller.``."""
         values = controller_settings.read_live(settings)
         if self.pipeline.mode != "relaxed":
             raise RuntimeError("configure: only a running relaxed-mode run has a controller to configure")

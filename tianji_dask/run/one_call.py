@@ -25,7 +25,9 @@ def train(pipeline: PipelineLike, client: Client | None = None, *, out: str | os
     for any other stop). Raises ``PipelineError`` (one line) for a bad pipeline before anything
     starts, and ``RunFailed`` when the run ends on an error: its message is the run's one line
     (``results["error"]``), its ``results`` the results dict; the run's folder holds the results
-    files and ``error.txt`` as for any other end.
+    files and ``error.txt`` as for any other end. A fault that stops the run or keeps it from
+    starting (its cluster cannot start, its results cannot be written) is a ``RunFault``, which is
+    a ``RunFailed`` too: one ``except tianji_dask.RunFailed`` catches a run that did not succeed.
     """
     run = Run(pipeline, client, out=out, overrides=overrides, algorithm=algorithm, callbacks=callbacks,
               progress=progress, verbose=verbose, **run_options)

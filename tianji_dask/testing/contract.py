@@ -21,18 +21,21 @@ from tianji_dask.core import checkpoint
 from tianji_dask.envs.play import DETERMINISTIC
 from tianji_dask.envs.rollout import Rollout
 from tianji_dask.envs.vector import env_spaces, make_vec_env, register
-from tianji_dask.errors import raised_in
+from tianji_dask.errors import TianjiError, raised_in
 
 STALE = 10**6  # a staleness no algorithm should keep data at without saying so through accepts
 MODULE_STEPS = 16  # env steps a recurrent policy_module is compared with act_recurrent over
 
 
-class AlgorithmCheckError(AssertionError):
+class AlgorithmCheckError(TianjiError, AssertionError):
     """The violations ``check_algorithm`` found; ``str()`` holds one line each."""
 
     def __init__(self, violations: list[str]):
         super().__init__("\n".join(violations))
         self.violations = violations
+
+    def __reduce__(self):
+        return type(self), (self.violations,), dict(self.__dict__)
 
 
 class _Failed(Exception):
