@@ -1,17 +1,31 @@
-"""What the benchmark scripts share: writing a run's JSON and its markdown table side by side,
-a raw file written whole or not at all, the commit it was measured at, and the median of what was
-measured (runs that did not measure a figure left out)."""
+"""What the benchmark scripts share: the flags of a script of training runs (seeds, budget, out),
+writing a run's JSON and its markdown table side by side, a raw file written whole or not at all,
+the commit and the machine it was measured on, and the median of what was measured (runs that did
+not measure a figure left out)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def runs_parser(doc: str, *, seeds=(0, 1, 2), max_seconds: float = 300, out: str | None = None):
+    """The argument parser of a script of training runs, described by ``doc``'s first line, with
+    ``--seeds``, ``--max-seconds`` (each run's budget) and ``--out`` given these defaults."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(seeds))
+    parser.add_argument("--max-seconds", type=float, default=max_seconds, help="each run's budget (unsolved past it)")
+    parser.add_argument("--out", default=out, help="write OUT.json (every run) and OUT.md (the tables)")
+    return parser
 
 
 def median_of(values):
@@ -65,11 +79,43 @@ def commit_label(c: dict) -> str:
     return (c.get("sha") or "?")[:7] + (" (dirty)" if c.get("dirty") else "")
 
 
-def write_atomically(path: Path, text: str) -> None:
+def machine_line() -> str:
+    """The machine in a few words: cores, architecture, Python."""
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, "?" where the system has none."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def measured(script: str, argv) -> dict:
+    """Where and when a result was measured: the command (``argv``: the script's arguments, None for
+    this process's), the machine, the UTC time, the load."""
+    argv = sys.argv[1:] if argv is None else argv
+    return {"command": f"python benchmarks/{script} " + " ".join(argv), "machine": machine_line(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load_average()}
+
+
+def write_outputs(out: str, doc: dict, markdown: str) -> None:
+    """OUT.json (``doc``) and OUT.md (``markdown``), and a line saying so."""
+    Path(f"{out}.json").write_text(json.dumps(doc, indent=1))
+    Path(f"{out}.md").write_text(markdown + "\n")
+    print(f"wrote {out}.json and {out}.md")
+
+
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """``text`` (or bytes) into ``path``, whole or not at all: a temporary file, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(text)
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -13,12 +13,11 @@ envpool's time-to-solve over gymnasium's (below 1: envpool solves sooner).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import fmt, median_of, publish
+from _report import fmt, median_of, publish, runs_parser
 from time_to_solve import pipeline_copy, run_once
 
 BACKENDS = ("gymnasium", "envpool")
@@ -52,11 +51,8 @@ def table(runs: list[dict], pipelines: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = runs_parser(__doc__, seeds=range(5))
     parser.add_argument("--pipelines", nargs="+", default=["cartpole_ppo", "hopper_ppo"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--max-seconds", type=float, default=300, help="each run's budget (unsolved past it)")
-    parser.add_argument("--out", help="write OUT.json (every run) and OUT.md (the table)")
     args = parser.parse_args(argv)
     runs = []
     for n, seed in enumerate(args.seeds):

@@ -150,7 +150,7 @@ def _checked(args) -> list[tuple[str, str]]:
 def tested_commit() -> dict:
     """The commit of the tianji_dask the runs import (an editable install may point at another
     tree than this one's) and whether its tracked files differ from it."""
-    from chaos_setup import package_root
+    from chaos_procs import package_root
 
     where = package_root()
     if where is None:
@@ -169,7 +169,7 @@ def portable(text: str) -> str:
     """A run file's text with this machine's folders named, not spelled out, so it can be committed
     and read elsewhere: each run's scratch folder is $SCRATCH, the checkout ".", the virtual
     environment $VENV, Python's own install $PYTHON, the home folder ~."""
-    from chaos_setup import package_root
+    from chaos_procs import package_root
 
     text = re.sub(re.escape(tempfile.gettempdir()) + r"/tianji-chaos-[A-Za-z0-9_]+", "$SCRATCH", text)
     venv = sys.prefix if sys.prefix != sys.base_prefix else None

@@ -6,8 +6,8 @@
 - ``one_line``: what it printed after the fault holds no line that is not tianji-dask's own
   (no log line, no warning, no traceback) and, of tianji-dask's lines, none that reports a fault
   when the run completed, exactly one when it did not, and that one names what to do next
-  (``tianji-dask resume`` or ``attach``). The lines of an ordinary end (``not solved (stopped:
-  ...)``, ``results PATH``) are not about the fault; nor is the acknowledgement of a driver's
+  (``tianji-dask resume`` or ``attach``). The lines of an ordinary end (``not solved: ...``,
+  ``finished (no target): ...``, ``results PATH``) are not about the fault; nor is the acknowledgement of a driver's
   SIGTERM (``SIGTERM: stopping the run; ...``), which docs/cli.md prints before the clean stop;
 - ``exit_status``: 0 when the run completed (results written, no error, stopped by its budget or
   solved), non-zero otherwise, never 2 (the harness gives no bad input);
@@ -43,14 +43,14 @@ from pathlib import Path
 NAMES = ("no_hang", "one_line", "exit_status", "no_traceback", "results", "checkpoint_loads", "resume", "replay_log",
          "clocks")
 COMPLETED = {"solved", "max_seconds", "max_env_steps", "max_updates"}
-_NORMAL = ("training ", "dashboard ", "simulated: ", "not solved (stopped: ", "solved ", "results ", "resuming ",
+_NORMAL = ("training ", "dashboard ", "simulated: ", "not solved: ", "finished (no target): ", "solved ", "results ", "resuming ",
            "attaching to run ", "startup: ", "shutdown: ")
 _ACK = ("SIGTERM: stopping the run",)
 _PROGRESS = re.compile(r"^\[(relaxed|lockstep|single)\] ")
 PREFIX = "tianji-dask: "
 #: seconds from a learner's stop to the driver's line saying how the run ended (results fetched, written)
 SHUTDOWN_S = 20
-_ENDED = ("not solved (stopped: ", "solved ", "the run failed: ", "error: ")
+_ENDED = ("not solved: ", "finished (no target): ", "solved ", "the run failed: ", "error: ")
 
 
 def verdict(ok, evidence: str) -> dict:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import chaos_checks as checks
 from chaos_faults import CLASSES, DISK_SIZE, Plan, build_clock, clock_env, inject
-from chaos_setup import Embedded, Undo, make_setup, tmpfs
+from chaos_procs import Undo, tmpfs
+from chaos_setup import Embedded, External
+from chaos_slurm import Slurm
 
 CKPT = re.compile(r"^ckpt-(\d{9})\.pt$")
 #: seconds a run may take to start (imports, cluster, learner) and reach its moment, past its budget
@@ -74,6 +76,15 @@ def run_one(p: Plan, s: Settings, log=print) -> dict:
             if failed:
                 rec["undo_failed"] = failed
     return rec
+
+
+def make_setup(name: str, scratch: Path, undo: Undo, explorers: int, worker_env: dict | None = None):
+    """The cluster a run of setup ``name`` trains on (chaos_setup.py, chaos_slurm.py)."""
+    if name == "embedded":
+        return Embedded(scratch, undo)
+    if name == "slurm":
+        return Slurm(scratch, undo, explorers)
+    return External(scratch, undo, explorers, worker_env)
 
 
 def _run(p: Plan, s: Settings, scratch: Path, undo: Undo, rec: dict, log) -> None:

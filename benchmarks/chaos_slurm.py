@@ -17,7 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from chaos_setup import Embedded, Proc, Undo, python_env, tianji
+from chaos_procs import Proc, Undo, python_env, tianji
+from chaos_setup import Embedded
 
 JOB_NAMES = ("tianji-learner", "tianji-explorer")
 #: seconds the run's jobs may take to leave the queue once the driver has ended (jobqueue cancels

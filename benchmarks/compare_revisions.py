@@ -96,10 +96,11 @@ def table(records: dict[str, list[dict]], revs: list[str], benchmark: str) -> st
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
+    if "--" not in argv and not {"-h", "--help"} & set(argv):
         print("compare_revisions: give the benchmark after --, e.g. -- time_to_solve --pipelines cartpole_ppo", file=sys.stderr)
         return 2
-    own, rest = argv[: argv.index("--")], argv[argv.index("--") + 1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    own, rest = argv[:split], argv[split + 1:]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--revs", nargs=2, required=True, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

@@ -15,14 +15,13 @@ G = 2 measures the cost of group mode more than its gain.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import median_of, write_report  # noqa: E402 - sibling scripts
+from _report import median_of, runs_parser, write_report  # noqa: E402 - sibling scripts
 from time_to_solve import run_once  # noqa: E402
 
 
@@ -60,13 +59,10 @@ def table(rows: list[dict], groups: list[int]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = runs_parser(__doc__, max_seconds=400)
     parser.add_argument("--pipelines", nargs="+", default=["cartpole_dqn", "cartpole_ppo"])
     parser.add_argument("--groups", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--explorers", type=int, default=1, help="explorer streams per group")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--max-seconds", type=float, default=400)
-    parser.add_argument("--out", help="write OUT.json (every run) and OUT.md (the table)")
     args = parser.parse_args(argv)
 
     rows = []

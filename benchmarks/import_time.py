@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_report  # noqa: E402 - a sibling script
+from _report import publish  # noqa: E402 - a sibling script
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout whose package is timed (python -c looks in its cwd first)
 BASELINE = "import torch, gymnasium"
@@ -54,11 +54,8 @@ def main(argv=None) -> int:
         values = [t[name] for t in rounds]
         ratio = statistics.median(t[name] / t[BASELINE] for t in rounds)
         lines.append(f"| `{name}` | {statistics.median(values):.2f} | {min(values):.2f}–{max(values):.2f} | {ratio:.2f} |")
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        write_report(args.out, "import_time.py", argv, args, rounds, "Import time",
-                     f"medians over {args.rounds} alternated rounds, each statement in a fresh interpreter", text)
+    publish("\n".join(lines), args.out, "import_time.py", argv, args, rounds, "Import time",
+            f"medians over {args.rounds} alternated rounds, each statement in a fresh interpreter")
     return 0
 
 

@@ -16,14 +16,14 @@ Writes ``<out>.json`` (every run) and ``<out>.md`` (per-run rows and medians).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-from _report import median_of, write_report
-from staleness_study import _run as run_summary  # the sibling study's one run, summarised
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import median_of, runs_parser, write_report  # noqa: E402 - sibling scripts
+from _studies import run_summary, shared_cluster  # noqa: E402
 
 
 def variant_overrides(variant: str, seed: int, max_seconds: float) -> dict:
@@ -70,36 +70,22 @@ def table(rows: list[dict], variants: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = runs_parser(__doc__, max_seconds=600, out="benchmarks/results/ppo_lag_study")
     parser.add_argument("--pipeline", default="minatar_breakout_ppo")
     parser.add_argument("--variants", nargs="+", default=["lag1", "lag0"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--max-seconds", type=float, default=600)
-    parser.add_argument("--out", default="benchmarks/results/ppo_lag_study")
     args = parser.parse_args(argv)
     for v in args.variants:
         if v != "lockstep" and not re.fullmatch(r"lag\d+", v):
             parser.error(f"--variants: {v!r} is not lagN (N >= 0) or lockstep")
-
-    from distributed import Client
-
-    from tianji_dask.launch.cluster import local_cluster
-
     rows = []
-    cluster = local_cluster(2, dashboard_address=None)
-    client = Client(cluster)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for i, seed in enumerate(args.seeds):
-                k = i % len(args.variants)  # the first variant rotates from seed to seed
-                for variant in args.variants[k:] + args.variants[:k]:
-                    row = _run(client, args.pipeline, variant, seed, args.max_seconds, Path(tmp))
-                    rows.append(row)
-                    print(f"{variant} seed {seed}: tts {_fmt(row['time_to_solve_s'], '.1f', 'unsolved')} s, "
-                          f"{row['updates']} updates, {row['env_steps']:,} env steps", flush=True)
-    finally:
-        client.close()
-        cluster.close()
+    with tempfile.TemporaryDirectory() as tmp, shared_cluster(2) as client:
+        for i, seed in enumerate(args.seeds):
+            k = i % len(args.variants)  # the first variant rotates from seed to seed
+            for variant in args.variants[k:] + args.variants[:k]:
+                row = _run(client, args.pipeline, variant, seed, args.max_seconds, Path(tmp))
+                rows.append(row)
+                print(f"{variant} seed {seed}: tts {_fmt(row['time_to_solve_s'], '.1f', 'unsolved')} s, "
+                      f"{row['updates']} updates, {row['env_steps']:,} env steps", flush=True)
     text = table(rows, args.variants)
     write_report(args.out, "ppo_lag_study.py", argv, args, rows, f"PPO policy lag on {args.pipeline}",
                  "one embedded cluster of two workers, variants alternated within each seed", text)

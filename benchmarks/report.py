@@ -4,9 +4,9 @@
                                 [--images docs/images] [--reps 2000] [--check]
     python benchmarks/report.py --runs TASK     # each raw run of TASK at its end, printed
 
-Reads every raw file (``<task>/<system>/seed<k>.json``) under ``--results`` and rewrites the text
+Reads every raw file (``<task>/<system>/seed<k>.json``, or ``.json.gz``) under ``--results`` and rewrites the text
 of ``--doc`` between the markers ``<!-- suite-report:begin -->`` and ``<!-- suite-report:end -->``,
-plus one figure per task, ``suite-<task>.png`` in ``--images`` (``_suite_curves.py`` draws them).
+plus one figure per task, ``suite-<task>.png`` in ``--images`` (``_curves.py`` draws them).
 Nothing outside the markers changes. The section is generated whole, no number in it typed by
 hand, and deterministically (inputs sorted, the bootstrap seeded, no date of generation), so
 running it again on the same files changes nothing. ``--check`` writes nothing and exits 1 when
@@ -25,7 +25,6 @@ marked as a lower bound. Beside the time from build, each row gives the median t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import textwrap
@@ -33,13 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
-import vs_peers
-from _report import ROOT, commit_label
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT, commit_label  # noqa: E402
+from _run_file import load_runs  # noqa: E402
+from _systems import OURS_ON_OLDER_ENVS, OWN_VENV_PEERS, REFERENCE, TASKS, system_rank, task_rank  # noqa: E402
+from peers.tasks import WINDOW  # noqa: E402
 
 BEGIN, END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"
-REFERENCE = "tianji"
 #: tianji_dask systems that are the reference for the rows on their env id
-REFERENCES = (REFERENCE, *vs_peers.OURS_ON_OLDER_ENVS)
+REFERENCES = (REFERENCE, *OURS_ON_OLDER_ENVS)
 #: said of a system's rows under its task's table, after the settings its runs record
 BUILD_NOTES = {
     "pufferlib": "PufferLib 3.0.0 is a patched build: its published sdist does not install (it downloads raylib "
@@ -49,11 +50,6 @@ BUILD_NOTES = {
 }
 SEED = 0  # the bootstrap's; fixed so the section is the same every time
 REPS = 2000
-
-
-def load_runs(results: Path) -> list[dict]:
-    """Every raw file under ``results``, read in sorted path order."""
-    return [json.loads(p.read_text()) for p in sorted(Path(results).glob("*/*/seed*.json"))]
 
 
 def censored_time(doc: dict) -> tuple[float, bool]:
@@ -75,18 +71,7 @@ def censored_launch_time(doc: dict) -> tuple[float, bool]:
 
 def env_of(doc: dict) -> str:
     """The env id a run trained on: its file's ``env_id``, else (older files) its task's."""
-    return doc.get("env_id") or vs_peers.TASKS.get(doc["task"], (doc["task"],))[0]
-
-
-def _system_rank(system: str) -> tuple:
-    """tianji_dask first, then vs_peers' system order, then any other system by name."""
-    known = list(vs_peers.SYSTEMS)
-    return (known.index(system), "") if system in known else (len(known), system)
-
-
-def _task_rank(task: str) -> tuple:
-    known = list(vs_peers.TASKS)
-    return (known.index(task), "") if task in known else (len(known), task)
+    return doc.get("env_id") or TASKS.get(doc["task"], (doc["task"],))[0]
 
 
 def _bootstrap(scores, func, reps: int) -> tuple[float, float, float]:
@@ -107,8 +92,8 @@ def _lower_bound(pairs: list[tuple[float, bool]], keep: slice) -> bool:
 
 def _row_rank(system: str, settings: str, env: str, task_env: str) -> tuple:
     """The task's env first, then any other; within each, its tianji_dask reference, then the systems
-    in ``_system_rank`` order."""
-    return env != task_env, env, system not in REFERENCES, _system_rank(system), settings
+    in ``system_rank`` order."""
+    return env != task_env, env, system not in REFERENCES, system_rank(system), settings
 
 
 def summarise(docs: list[dict], reps: int = REPS) -> list[dict]:
@@ -120,7 +105,7 @@ def summarise(docs: list[dict], reps: int = REPS) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for d in docs:
         groups.setdefault((d["system"], d["settings"], env_of(d)), []).append(d)
-    task_env = vs_peers.TASKS.get(docs[0]["task"], (env_of(docs[0]),))[0] if docs else None
+    task_env = TASKS.get(docs[0]["task"], (env_of(docs[0]),))[0] if docs else None
     rows = []
     for (system, settings, env), ds in sorted(groups.items(), key=lambda kv: _row_rank(*kv[0], task_env)):
         pairs = sorted(censored_time(d) for d in ds)
@@ -225,11 +210,11 @@ def render(docs: list[dict], reps: int, links: dict[str, str]) -> str:
     reported an error, and the figure ``links[task]``."""
     if not docs:
         return "No suite runs recorded yet: `python benchmarks/suite.py run cartpole` makes some."
-    tasks = sorted({d["task"] for d in docs}, key=_task_rank)
+    tasks = sorted({d["task"] for d in docs}, key=task_rank)
     out = [_method(reps)]
     for task in tasks:
-        ds = sorted((d for d in docs if d["task"] == task), key=lambda d: (_system_rank(d["system"]), d["seed"]))
-        env_id, _, target = vs_peers.TASKS.get(task, (task, None, None))
+        ds = sorted((d for d in docs if d["task"] == task), key=lambda d: (system_rank(d["system"]), d["seed"]))
+        env_id, _, target = TASKS.get(task, (task, None, None))
         rows = summarise(ds, reps)
         budgets = ", ".join(f"{b:g}" for b in sorted({float(d["max_seconds"]) for d in ds}))
         goal = "" if target is None else f", target {target:g}"
@@ -259,8 +244,8 @@ def render(docs: list[dict], reps: int, links: dict[str, str]) -> str:
             out += errors
         if task in links:
             out += ["", f"![{task}: mean of the last 100 returns, median and IQR across seeds]({links[task]})"]
-            steps = sorted({d["system"] for d in ds if "env_steps" in d.get("episode_fields", [])}, key=_system_rank)
-            missing = sorted({d["system"] for d in ds} - set(steps), key=_system_rank)
+            steps = sorted({d["system"] for d in ds if "env_steps" in d.get("episode_fields", [])}, key=system_rank)
+            missing = sorted({d["system"] for d in ds} - set(steps), key=system_rank)
             if not steps:
                 out += ["", "No run of this task records env steps per episode: wall time only."]
             elif missing:
@@ -274,17 +259,17 @@ def _settings_notes(docs: list[dict], task: str, rows: list[dict]) -> list[str]:
     settings its runs record (``config["source"]``); then what ``BUILD_NOTES`` says of their systems."""
     lines = []
     for r in rows:
-        if r["system"] not in (*vs_peers.OWN_VENV_PEERS, *vs_peers.OURS_ON_OLDER_ENVS):
+        if r["system"] not in (*OWN_VENV_PEERS, *OURS_ON_OLDER_ENVS):
             continue
         ds = sorted((d for d in docs if (d["system"], d["settings"], env_of(d)) == (r["system"], r["settings"], r["env"])),
                     key=lambda d: d["seed"])
         sources = sorted({str((d["run"].get("config") or {}).get("source")) for d in ds
                           if (d["run"].get("config") or {}).get("source")})
-        if r["system"] in vs_peers.OURS_ON_OLDER_ENVS:
+        if r["system"] in OURS_ON_OLDER_ENVS:
             sources = sources or [f"tianji_dask's bundled {task} pipeline with env.id {r['env']}"]
         text = "; ".join(sources) or "no settings recorded"
         lines.append(f"- {_row_name(r)} ({r['settings']}): {text}.")
-    systems = sorted({r["system"] for r in rows} & set(BUILD_NOTES), key=_system_rank)
+    systems = sorted({r["system"] for r in rows} & set(BUILD_NOTES), key=system_rank)
     return lines + [f"- {BUILD_NOTES[s]}." for s in systems] if lines else []
 
 
@@ -297,14 +282,14 @@ def splice(text: str, section: str) -> str:
     return f"{head}{BEGIN}\n{section}\n{END}{tail}"
 
 
-def run_table(docs: list[dict], task: str, window: int = vs_peers.WINDOW) -> str:
+def run_table(docs: list[dict], task: str, window: int = WINDOW) -> str:
     """A markdown table, one line per raw run of ``task``: its end as the raw file records it (env
     steps, the last and the best mean of ``window`` returns, and, where the rows carry env steps, the
     last ``window`` episodes' mean length and return per env step: env steps between their ends,
     exact with one env, on average where several envs' episodes interleave)."""
     lines = [f"| system | seed | solved | env steps | final {window}-episode mean | best | "
              f"last {window} episodes: mean length | return per step |", "|---|---|---|---|---|---|---|---|"]
-    for d in sorted((d for d in docs if d["task"] == task), key=lambda d: (_system_rank(d["system"]), d["seed"])):
+    for d in sorted((d for d in docs if d["task"] == task), key=lambda d: (system_rank(d["system"]), d["seed"])):
         rows = np.array(sorted(d["episodes"]), dtype=float)
         means = (np.convolve(rows[:, 1], np.ones(window) / window, "valid") if len(rows) >= window
                  else np.array([rows[:, 1].mean()]))
@@ -314,7 +299,7 @@ def run_table(docs: list[dict], task: str, window: int = vs_peers.WINDOW) -> str
             steps = rows[-window - 1:, d["episode_fields"].index("env_steps")]
             length, per_step = f"{np.diff(steps).mean():,.0f}", f"{rows[-window:, 1].sum() / (steps[-1] - steps[0]):.2f}"
         env_steps = f"{int(d['run']['env_steps']):,}" if d["run"].get("env_steps") is not None else "–"
-        task_env = vs_peers.TASKS.get(task, (env_of(d),))[0]
+        task_env = TASKS.get(task, (env_of(d),))[0]
         name = d["system"] if env_of(d) == task_env else f"{d['system']} ({env_of(d)})"
         lines.append(f"| {name} | {d['seed']} | {'no' if lower else f'{t:.1f} s'} | {env_steps} | "
                      f"{means[-1]:,.0f} | {means.max():,.0f} | {length} | {per_step} |")
@@ -343,7 +328,7 @@ def main(argv=None) -> int:
         print(f"report.py: no page {args.doc}", file=sys.stderr)
         return 2
     docs = load_runs(args.results)
-    tasks = sorted({d["task"] for d in docs}, key=_task_rank)
+    tasks = sorted({d["task"] for d in docs}, key=task_rank)
     links = {t: Path(os.path.relpath(args.images / f"suite-{t}.png", args.doc.parent)).as_posix() for t in tasks}
     text = args.doc.read_text()
     try:
@@ -358,10 +343,10 @@ def main(argv=None) -> int:
             return 1
         print(f"{args.doc}: the suite report is current")
         return 0
-    import _suite_curves
+    import _curves
 
     for task in tasks:
-        _suite_curves.write_figure([d for d in docs if d["task"] == task], task, args.images / f"suite-{task}.png")
+        _curves.write_figure([d for d in docs if d["task"] == task], task, args.images / f"suite-{task}.png")
     if new != text:
         args.doc.write_text(new)
     print(f"{args.doc}: suite report of {len(docs)} run(s), {len(tasks)} task(s)")

@@ -15,8 +15,9 @@ real), and hosts as network namespaces.
 Every run is a fresh ``tianji-dask train`` process on an embedded LocalCluster (``hosts``: on
 namespace hosts), and runs alternate the settings they compare seed by seed. Each subcommand
 writes OUT.json (every run's figures), OUT.md (the table) and OUT.png (its plot); ``staleness``
-also keeps one file per run under ``--cells`` (committed, as the suite's raw files are) and reads
-those instead of rerunning them, so a grid of seeds can be spread over several sittings.
+(``_scale_staleness.py``) also keeps one file per run under ``--cells`` (committed, as the suite's
+raw files are) and reads those instead of rerunning them, so a grid of seeds can be spread over
+several sittings.
 
 - ``throughput``: consumed env steps/s at each explorer count, and its fraction of linear
   (count x the one-explorer rate), for an ingest-only learner (DQN that never reaches its warm-up)
@@ -36,12 +37,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import commit, commit_label, median_of, write_atomically, write_report  # noqa: E402 - sibling scripts
-from time_to_solve import pipeline_copy, run_once  # noqa: E402
+from _report import median_of, write_report  # noqa: E402 - sibling scripts
+from _scale_runs import explorer_threads, figures, plot, train_cell  # noqa: E402
+from _scale_staleness import staleness  # noqa: E402
+from time_to_solve import pipeline_copy  # noqa: E402
 
 VARIANTS = {  # throughput variants: (pipeline, overrides)
     "dqn-ingest": ("cartpole_dqn", {"algo.config.learning_starts": 10**12, "controller.replay_ratio": None}),
@@ -53,71 +55,15 @@ VARIANTS = {  # throughput variants: (pipeline, overrides)
 }
 
 
-def _explorer_threads(n: int) -> int:
-    return -(-n // min(n, os.cpu_count() or 1))
-
-
-def _figures(r: dict) -> dict:
-    """One run's throughput figures and the per-chunk costs behind them."""
-    chunks = max(r["chunks"], 1)
-    split = (r.get("learner_time") or {}).get("seconds", {})
-    dataflow = sum(v for k, v in split.items() if k not in ("learn", "ingest", "wait"))
-    cpu = r.get("cpu") or {}
-    return {
-        "chunks": r["chunks"], "scheduler_cpu_s": cpu.get("seconds", {}).get("scheduler_process", 0.0),
-        "learner_dataflow_s": dataflow, "learner_ingest_s": split.get("ingest", 0.0),
-        "explorers": r["explorers"], "seed": r["seed"], "mode": r["mode"], "env_steps_per_s": r["env_steps_per_s"],
-        "chunks_per_s": r["chunks_per_s"], "learner_busy": r["learner_busy_fraction"], "updates": r["updates"],
-        "staleness_mean": (r.get("staleness_versions") or {}).get("mean"), "chunks_lost": r["chunks_lost"],
-        "scheduler_cpu_ms_per_chunk": 1e3 * (cpu.get("seconds", {}).get("scheduler_process", 0.0)) / chunks,
-        "learner_dataflow_ms_per_chunk": 1e3 * dataflow / chunks,
-        "learner_ingest_ms_per_chunk": 1e3 * split.get("ingest", 0.0) / chunks,
-        "learner_process_other_cores": (cpu.get("cores") or {}).get("learner_process_other"),
-        "bytes_per_chunk": r["bytes_per_s"] / max(r["chunks_per_s"], 1e-9),
-        "explorer_bytes_per_stream": (r.get("explorer_memory") or {}).get("bytes_per_stream"),
-        "time_to_solve_s": r.get("time_to_solve_s"), "solved": r.get("solved"), "wall_s": r["wall_s"],
-    }
-
-
-def train_cell(pipeline: str, overrides: dict, seed: int, mode: str, seconds: float, extra=()) -> dict:
-    with pipeline_copy(pipeline, overrides) as path:
-        return run_once(path, seed, mode, seconds, list(extra))
-
-
-def _plot(path: Path, series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, title: str,
-          logx: bool = False, linear: dict | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for label, points in series.items():
-        xs, ys = zip(*sorted(points))
-        ax.plot(xs, ys, marker="o", label=label)
-    for label, points in (linear or {}).items():
-        xs, ys = zip(*sorted(points))
-        ax.plot(xs, ys, linestyle="--", color="grey", linewidth=1, label=label)
-    if logx:
-        ax.set_xscale("log", base=2)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def throughput(args, argv) -> int:
     rows = []
     for n in args.explorers:
         for variant in args.variants:
             pipeline, overrides = VARIANTS[variant]
             o = {**overrides, "explorers": n, "env.step_cost_ms": args.step_cost_ms, "stop.target_return": None,
-                 "stop.on_solve": False, "cluster.explorer_threads": _explorer_threads(n), "chunk_steps": args.chunk_steps,
+                 "stop.on_solve": False, "cluster.explorer_threads": explorer_threads(n), "chunk_steps": args.chunk_steps,
                  **args.set}
-            row = {"variant": variant, **_figures(train_cell(pipeline, o, 0, "relaxed", args.seconds))}
+            row = {"variant": variant, **figures(train_cell(pipeline, o, 0, "relaxed", args.seconds))}
             rows.append(row)
             print(f"{variant:>10} x{n:>3}: {row['env_steps_per_s']:,.0f} env steps/s, learner busy {row['learner_busy']:.0%}, "
                   f"scheduler {row['scheduler_cpu_ms_per_chunk']:.2f} ms CPU/chunk, learner dataflow "
@@ -143,7 +89,7 @@ def throughput(args, argv) -> int:
     if args.out:
         write_report(args.out, "scale.py", argv, args, rows, "Consumed throughput against explorers (simulated env cost)",
                      f"{args.seconds:g} s a run, env.step_cost_ms {args.step_cost_ms:g}", text)
-        _plot(Path(args.out).with_suffix(".png"), series, "explorers", "env steps/s consumed",
+        plot(Path(args.out).with_suffix(".png"), series, "explorers", "env steps/s consumed",
               f"env.step_cost_ms {args.step_cost_ms:g} (simulated)", logx=True, linear=linear)
     return 0
 
@@ -192,8 +138,8 @@ def stragglers(args, argv) -> int:
             for jitter in args.jitter:
                 for mode in ("relaxed", "lockstep"):
                     o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "env.step_cost_jitter": jitter,
-                         "cluster.explorer_threads": _explorer_threads(n), **args.set}
-                    r = _figures(train_cell(args.pipeline, o, seed, mode, args.max_seconds))
+                         "cluster.explorer_threads": explorer_threads(n), **args.set}
+                    r = figures(train_cell(args.pipeline, o, seed, mode, args.max_seconds))
                     rows.append({**r, "jitter": jitter})
                     print(f"seed {seed} x{n} jitter {jitter} {mode}: solved {r['solved']} in {r['time_to_solve_s']} s", flush=True)
     lines = ["| explorers | jitter | relaxed time-to-solve (median, s) | lockstep | lockstep ÷ relaxed, median of seeds | relaxed staleness |",
@@ -216,124 +162,8 @@ def stragglers(args, argv) -> int:
     if args.out:
         write_report(args.out, "scale.py", argv, args, rows, "Relaxed against lockstep with stragglers (simulated env cost)",
                      f"seeds {args.seeds}, {args.pipeline}, env.step_cost_ms {args.step_cost_ms:g}", text)
-        _plot(Path(args.out).with_suffix(".png"), series, "explorers", "lockstep time-to-solve ÷ relaxed",
+        plot(Path(args.out).with_suffix(".png"), series, "explorers", "lockstep time-to-solve ÷ relaxed",
               f"{args.pipeline}, stragglers (simulated)", logx=True)
-    return 0
-
-
-#: what each pipeline needs for a staleness target: PPO trains only on segments within its
-#: ``max_policy_lag`` (dropping older ones), so the lag limit is raised to allow the target
-TARGET_OVERRIDES = {"cartpole_ppo": lambda target: {"algo.config.max_policy_lag": max(1, 2 * target)}}
-
-
-def _verdict(r: dict) -> dict:
-    """The controller's verdict on the target at the run's end (``WindowLaw.verdict``)."""
-    return (r.get("controller") or {}).get("target_verdict") or {"state": None, "reason": None}
-
-
-def _judged(r: dict) -> str:
-    """`` (2.4)``: the mean staleness the verdict judged (its last periods' chunks), where recorded."""
-    return "" if r.get("staleness_judged") is None else f" ({r['staleness_judged']:.1f})"
-
-
-def within_target(s: float | None, target: float, rs: list[dict]) -> str:
-    """``yes`` when the seeds' median second-half staleness is within ±25% of the target; a miss is
-    ``no, within noise`` when the seeds' median distance outside the band is under two standard
-    errors of their second halves (few chunks, as stragglers make at small windows), else **no**."""
-    if s is not None and abs(s - target) <= 0.25 * target:
-        return "yes"
-    ses = [r.get("staleness_second_half_se") for r in rs]
-    if s is None or any(se is None or se == 0 for se in ses):
-        return "**no**"
-    out = median_of(max(abs(r["staleness_second_half"] - target) - 0.25 * target, 0.0) / se for r, se in zip(rs, ses))
-    return "no, within noise" if out < 2 else "**no**"
-
-
-def _halves(rows: list[dict], args) -> list[str]:
-    """Per jitter and target, over every run: the second half's and the whole run's mean
-    staleness as fractions of the target. A law misled at the start (its first periods see the
-    fast chunks come back, the stragglers not yet, and it widens) shows as a second half above
-    the target and a whole run near it."""
-    out = ["", "| jitter | target | runs | second half ÷ target, mean | whole run ÷ target, mean |", "|---|---|---|---|---|"]
-    for jitter in args.jitter:
-        for target in args.targets:
-            rs = [r for r in rows if r["jitter"] == jitter and r["target"] == target
-                  and r["staleness_second_half"] is not None and r["staleness_mean"] is not None]
-            if rs:
-                second = sum(r["staleness_second_half"] for r in rs) / len(rs) / target
-                whole = sum(r["staleness_mean"] for r in rs) / len(rs) / target
-                out.append(f"| {jitter:g} | {target} | {len(rs)} | {second:.2f} | {whole:.2f} |")
-    return out
-
-
-def staleness(args, argv) -> int:
-    """Every (pipeline, explorers, target) cell, seeds alternating the cells. Held: the mean
-    staleness of the run's second half (the controller's steady state, past the start's
-    transient) within ±25% of the target; the whole run's mean is reported beside it."""
-    rows = []
-    cells = [(pipe, jitter, n, target) for pipe in args.pipelines for jitter in args.jitter for n in args.explorers
-             for target in args.targets]
-    done_dir = Path(args.cells)
-    for seed in args.seeds:
-        for pipe, jitter, n, target in cells:
-            o = {"explorers": n, "env.step_cost_ms": args.step_cost_ms, "env.step_cost_jitter": jitter,
-                 "controller.staleness_target": target,
-                 "controller.window_max": max(4 * n, 2 * target), "cluster.explorer_threads": _explorer_threads(n),
-                 **TARGET_OVERRIDES.get(pipe, lambda t: {})(target), **args.set}
-            done = done_dir / f"{pipe}-jitter{jitter:g}-x{n}-target{target}-seed{seed}.json"
-            if done.exists() and not args.rerun:  # resumable: a grid spreads over several sittings
-                kept = json.loads(done.read_text())
-                if (kept.get("overrides"), kept.get("max_seconds")) != (o, args.max_seconds):
-                    print(f"scale.py staleness: {done} was run with other settings; pass --rerun to replace it, "
-                          "or --cells DIR for a grid of its own", file=sys.stderr)
-                    return 2
-                rows.append(kept)
-                continue
-            r = train_cell(pipe, o, seed, "relaxed", args.max_seconds)
-            row = {**_figures(r), "pipeline": pipe, "jitter": jitter, "target": target, "verdict": _verdict(r),
-                   "staleness_second_half": (r.get("staleness_versions") or {}).get("mean_second_half"),
-                   "staleness_second_half_se": (r.get("staleness_versions") or {}).get("se_second_half"),
-                   "staleness_judged": ((r.get("controller") or {}).get("last_period") or {}).get("judged_staleness"),
-                   "commit": commit(), "max_seconds": args.max_seconds, "overrides": o}
-            rows.append(row)
-            write_atomically(done, json.dumps(row, indent=1) + "\n")
-            print(f"seed {seed} {pipe} jitter {jitter:g} explorers {n} target {target}: staleness {row['staleness_mean']} "
-                  f"(second half {row['staleness_second_half']}), {row['verdict']['state']}, "
-                  f"solved {row['solved']} in {row['time_to_solve_s']} s", flush=True)
-    lines = ["| pipeline | jitter | explorers | target | second-half mean staleness, median (by seed) | whole run "
-             "| within ±25% | controller's verdict (its last periods' mean), by seed | time-to-solve, median (s) | env steps/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    series = {}
-    for pipe, jitter, n, target in cells:
-        rs = [r for r in rows if (r["pipeline"], r["jitter"], r["explorers"], r["target"]) == (pipe, jitter, n, target)]
-        s = median_of(r["staleness_second_half"] for r in rs)
-        whole = median_of(r["staleness_mean"] for r in rs)
-        tts = median_of(r["time_to_solve_s"] if r["solved"] else args.max_seconds for r in rs)
-        by_seed = ", ".join("–" if r["staleness_second_half"] is None else f"{r['staleness_second_half']:.1f}"
-                            + ("" if r.get("staleness_second_half_se") is None else f"±{r['staleness_second_half_se']:.1f}")
-                            for r in rs)
-        held = within_target(s, target, rs)
-        # each seed's verdict, in seed order, with its reason where it gave one
-        verdicts = " · ".join((r["verdict"]["state"] or "–") + _judged(r) + (f": {r['verdict']['reason']}"
-                                                                              if r["verdict"]["reason"] else "") for r in rs)
-        lines.append(f"| {pipe} | {jitter:g} | {n} | {target} | {'–' if s is None else f'{s:.1f}'} ({by_seed}) | "
-                     f"{'–' if whole is None else f'{whole:.1f}'} | {held} | "
-                     f"{verdicts} | {tts:.1f} | "
-                     f"{median_of(r['env_steps_per_s'] for r in rs):,.0f} |")
-        if s is not None:
-            series.setdefault(f"{pipe}, jitter {jitter:g}, {n} explorers", []).append((target, s))
-    lines += _halves(rows, args)
-    # a grid resumed from its files may span checkouts: say which commits its runs were made at
-    made_at = Counter(commit_label(r["commit"]) for r in rows if r.get("commit"))
-    lines.append("\nRuns at " + ", ".join(f"{c} ({n})" for c, n in sorted(made_at.items())) + ".")
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        write_report(args.out, "scale.py", argv, args, rows, "Staleness held at its target (simulated env cost)",
-                     f"seeds {args.seeds}, {', '.join(args.pipelines)}", text)
-        _plot(Path(args.out).with_suffix(".png"), series, "staleness target (versions)",
-              "mean staleness, second half (versions)", "staleness held against its target (simulated)", logx=True,
-              linear={"target": [(t, t) for t in args.targets]})
     return 0
 
 
@@ -355,7 +185,7 @@ def hosts(args, argv) -> int:
             proc = h.start(0, [sys.executable, "-m", "tianji_dask", "train", path, "--max-seconds", str(args.seconds),
                                "--out", str(out), "--quiet", "--scheduler", scheduler], stdout=subprocess.DEVNULL)
             proc.wait()
-            r = _figures(json.loads((out / "results.json").read_text()))
+            r = figures(json.loads((out / "results.json").read_text()))
         rows.append({**r, "hosts": n})
         print(f"{n} explorer hosts x {args.explorers_per_host}: {r['env_steps_per_s']:,.0f} env steps/s", flush=True)
     base = rows[0]["env_steps_per_s"] / rows[0]["hosts"]
@@ -368,7 +198,7 @@ def hosts(args, argv) -> int:
     if args.out:
         write_report(args.out, "scale.py", argv, args, rows, "Throughput against namespace hosts (simulated env cost)",
                      f"{args.seconds:g} s a run, {args.explorers_per_host} explorers a host", text)
-        _plot(Path(args.out).with_suffix(".png"), {"consumed": [(r["hosts"], r["env_steps_per_s"]) for r in rows]},
+        plot(Path(args.out).with_suffix(".png"), {"consumed": [(r["hosts"], r["env_steps_per_s"]) for r in rows]},
               "explorer hosts", "env steps/s consumed", "namespace hosts (simulated)", logx=True,
               linear={"linear": [(r["hosts"], base * r["hosts"]) for r in rows]})
     return 0

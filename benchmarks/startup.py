@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_report  # noqa: E402 - a sibling script
+from _report import publish  # noqa: E402 - a sibling script
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout whose package is timed
 IMPORT = "import torch, gymnasium, distributed"
@@ -104,11 +104,8 @@ def main(argv=None) -> int:
     solved = [r["startup_s"] + r["time_to_solve_s"] for r in rounds if r["time_to_solve_s"] is not None]
     if solved:
         lines.append(summary(f"time to solve from process start, {len(solved)} solved (s)", solved))
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        write_report(args.out, "startup.py", argv, args, rounds, "Start-up and shutdown",
-                     f"medians over {args.rounds} alternated rounds of {args.pipeline}, each in a fresh process", text)
+    publish("\n".join(lines), args.out, "startup.py", argv, args, rounds, "Start-up and shutdown",
+            f"medians over {args.rounds} alternated rounds of {args.pipeline}, each in a fresh process")
     return 0
 
 

@@ -1,27 +1,33 @@
-"""Named benchmark suites: many (task, system, seed) runs, one raw file each, resumable.
+"""Every training run of tianji_dask and its peers on the benchmark tasks: named suites of
+(task, system, seed) runs with one raw file each, and side-by-side solves.
 
     python benchmarks/suite.py run SUITE [--tasks ...] [--systems ...] [--seeds ...] [--max-seconds N]
                                          [--rerun] [--peers-python PATH] [--peers-dir DIR]
     python benchmarks/suite.py list SUITE [--tasks ...] [--systems ...] [--seeds ...]
+    python benchmarks/suite.py solve [--tasks cartpole_ppo cartpole_dqn] [--systems tianji rllib sb3]
+                                     [--seeds 3] [--max-seconds 300] [--out benchmarks/results/solve] [--append]
+    python benchmarks/suite.py report benchmarks/results/solve.json      # rebuild solve's markdown from its JSON
+    python benchmarks/suite.py curves benchmarks/results/solve.json --task cartpole_ppo --out curves.png
 
-A suite (``SUITES`` below) is a set of cells, each one training run of one system on one task
-with one seed. ``run`` runs the cells one at a time, seed-major, the system order rotating from
-one seed to the next (as ``vs_peers.py solve`` does), so neighbouring runs share the machine's
-noise. Each run is ``vs_peers.run_one``: the same measurement as the side-by-side tables.
+Every run is one system (``_systems.py`` names them: tianji_dask's modes and the peers, each peer in
+its own virtual environment, ``benchmarks/peers/setup``) on one task with one seed in a fresh
+process, its time-to-solve measured by the same rule for every system (``_one_run.py``).
 
-Every cell writes one file, ``benchmarks/results/suite/<task>/<system>/seed<k>.json``, atomically
-(a temporary file, then a rename), so a killed suite loses at most the run in progress: ``run``
-skips the cells whose file exists unless ``--rerun`` is given. A run that fails before its first
-episode (a peer with no virtual environment) writes no file: the cell stays to do. The file holds the run row, every
-training episode as [seconds since the system was built, return] (with a third column, the env
-steps of the episodes ended so far, where the system reports episode lengths), the env steps
-consumed per second (tianji_dask only), the commit and whether the tree was dirty, the machine,
-the package versions, the settings label, the env id the run trained on (``env_id``: Sample Factory
-and PufferLib run LunarLander-v2 and Hopper-v4, the ids of the gymnasium<1.0 they pin) and the UTC
-time. The peers in their own venvs (Sample Factory, PufferLib, TorchRL) also record the second
-clock: each episode's seconds since the peer's process started (a fourth column) and
-``time_to_solve_from_process_start_s``. ``benchmarks/report.py`` turns the files into the
-rliable-protocol section of docs/benchmarks.md.
+A suite (``SUITES`` below) is a set of cells, each one training run. ``run`` runs the cells one at
+a time, seed-major, the system order rotating from one seed to the next, so neighbouring runs share
+the machine's noise. Every cell writes one file, ``benchmarks/results/suite/<task>/<system>/seed<k>.json``
+(``_run_file.py``: compressed, ``.json.gz``, when large), atomically, so a killed suite loses at most
+the run in progress: ``run`` skips the cells whose file exists unless ``--rerun`` is given. A run
+that fails before its first episode (a peer with no virtual environment) writes no file: the cell
+stays to do. The file holds the run row, every training episode as [seconds since the system was
+built, return] (with a third column, the env steps of the episodes ended so far, where the system
+reports episode lengths), the env steps consumed per second (tianji_dask only), the commit and
+whether the tree was dirty, the machine, the package versions, the settings label, the env id the
+run trained on (``env_id``: Sample Factory and PufferLib run LunarLander-v2 and Hopper-v4, the ids
+of the gymnasium<1.0 they pin) and the UTC time. The peers in their own venvs (Sample Factory,
+PufferLib, TorchRL) also record the second clock: each episode's seconds since the peer's process
+started (a fourth column) and ``time_to_solve_from_process_start_s``. ``benchmarks/report.py``
+turns the files into the rliable-protocol section of docs/benchmarks.md.
 
 Settings labels: "same" where a peer runs with our pipeline's network, batch and update ratio
 (MinAtar Breakout on RLlib and SB3; the CleanRL-style and Tianshou PPO on LunarLander, for which
@@ -34,21 +40,28 @@ Sample Factory on LunarLander), "adapted" where it runs its published settings f
 the kind, adapted (TorchRL's MuJoCo PPO script and config on CartPole and LunarLander, a
 categorical policy head for their discrete actions). Each peer's file in benchmarks/peers/ says
 what exactly, and the run's ``config`` records it.
+
+``solve`` (``_solve.py``) runs chosen systems side by side outside any suite, ``--seeds`` seeds from
+``--seed-start``, alternated as ``run`` does: every run (with its thinned learning curve) in
+OUT.json, the medians and the ratios against tianji_dask (relaxed) in OUT.md. ``report`` rebuilds
+OUT.md from OUT.json; ``curves`` draws one task's runs of it against wall time (``_curves.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as md
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import vs_peers
-from _report import ROOT, commit, write_atomically
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _solve  # noqa: E402
+from _curves import solve_curves  # noqa: E402
+from _one_run import DEFAULT_PEERS_DIR, DEFAULT_PEERS_PYTHON, run_one  # noqa: E402
+from _report import ROOT, commit  # noqa: E402
+from _run_file import cell_path, machine, stored, versions, write_run  # noqa: E402
+from _systems import SYSTEMS, TASKS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "suite"
 
@@ -71,7 +84,7 @@ SUITES = {
         (("halfcheetah_sac",), ("tianji", "sb3"), range(1)),
     ],
     # Dict observations and action masks: SB3's MultiInputPolicy PPO on MiniGrid, sb3-contrib's MaskablePPO
-    # on tic-tac-toe (benchmarks/peers/run_peer.py, SB3_SPACES)
+    # on tic-tac-toe (benchmarks/peers/sb3_peer.py, SB3_SPACES)
     "spaces": [
         (("minigrid_doorkey_ppo", "tictactoe_masked_ppo"), ("tianji", "sb3"), range(5)),
     ],
@@ -115,10 +128,6 @@ def settings_label(system: str, task: str) -> str:
     return "same" if (system, task) in SAME_SETTINGS else OTHER_SETTINGS.get((system, task), "tuned")
 
 
-def cell_path(results: Path, task: str, system: str, seed: int) -> Path:
-    return Path(results) / task / system / f"seed{seed}.json"
-
-
 def _check(kind: str, asked, allowed, suite: str) -> None:
     unknown = [a for a in asked or () if a not in allowed]
     if unknown:
@@ -129,7 +138,8 @@ def _check(kind: str, asked, allowed, suite: str) -> None:
 def plan(suite: str, tasks=None, systems=None, seeds=None, results: Path = RESULTS) -> list[dict]:
     """Every cell of ``suite`` (restricted to ``tasks``, ``systems``, ``seeds`` when given), in run
     order: seed by seed; within a seed task by task, the systems rotated by one place per seed.
-    Each cell: task, system, seed, path (its raw file) and done (that file exists)."""
+    Each cell: task, system, seed, path (its raw file, as named plain) and done (that file exists,
+    plain or compressed)."""
     if suite not in SUITES:
         raise BadInput(f"unknown suite {suite!r}: one of {', '.join(SUITES)}")
     groups = SUITES[suite]
@@ -149,7 +159,8 @@ def plan(suite: str, tasks=None, systems=None, seeds=None, results: Path = RESUL
             r = i % len(order)
             for system in order[r:] + order[:r]:
                 path = cell_path(results, task, system, seed)
-                cells.append({"task": task, "system": system, "seed": seed, "path": path, "done": path.exists()})
+                cells.append({"task": task, "system": system, "seed": seed, "path": path,
+                              "done": stored(path) is not None})
     return cells
 
 
@@ -158,51 +169,13 @@ def pending(cells: list[dict], rerun: bool = False) -> list[dict]:
     return [c for c in cells if rerun or not c["done"]]
 
 
-# ---------------------------------------------------------------------------------------------
-# what a raw file records besides the run
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import psutil
-
-    return {"cpu_model": cpu, "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "platform": platform.platform()}
-
-
-def versions() -> dict:
-    v = {"python": platform.python_version()}
-    for dist in ("torch", "dask", "distributed", "gymnasium", "numpy"):
-        try:
-            v[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            v[dist] = None
-    return v
-
-
-def _dumps(doc: dict) -> str:
-    """The raw file's JSON: the episodes one per line (readable diffs), the per-second throughput
-    on one line, everything else indented."""
-    head = json.dumps({k: v for k, v in doc.items() if k not in ("episodes", "throughput_per_s")},
-                      indent=1, sort_keys=True)
-    rows = ",\n  ".join(json.dumps(row, separators=(",", ":")) for row in doc["episodes"])
-    episodes = f"[\n  {rows}\n ]" if rows else "[]"
-    throughput = json.dumps(doc.get("throughput_per_s"), separators=(",", ":"))
-    return f'{head[:-2]},\n "episodes": {episodes},\n "throughput_per_s": {throughput}\n}}\n'
-
-
-def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path, peers_dir: Path | None = None) -> dict:
+def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path, peers_dir: Path | None = None,
+             threads: int = 1) -> dict:
     """Train one cell and write its raw file; returns the document. A run that failed before its
     first episode (a peer with no virtual environment, a crash at start-up) measured nothing: no
     file is written, so the next ``run`` tries the cell again."""
     task, system, seed = cell["task"], cell["system"], cell["seed"]
-    row = vs_peers.run_one(system, task, seed, max_seconds, peers_python, full=True, peers_dir=peers_dir)
+    row = run_one(system, task, seed, max_seconds, peers_python, threads, full=True, peers_dir=peers_dir)
     episodes = row.pop("episode_rows", None) or []
     fields = row.pop("episode_fields", None) or ["seconds_since_built", "return",
                                                  *(["env_steps"] if episodes and len(episodes[0]) > 2 else [])]
@@ -213,13 +186,13 @@ def run_cell(suite: str, cell: dict, max_seconds: float, peers_python: Path, pee
         v["peer"] = row.pop("versions")
     doc = {
         "suite": suite, "task": task, "system": system, "seed": seed, "settings": settings_label(system, task),
-        "env_id": row.get("env_id") or vs_peers.TASKS[task][0],
+        "env_id": row.get("env_id") or TASKS[task][0],
         "max_seconds": max_seconds, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit(), "machine": machine(), "versions": v, "run": row,
         "episode_fields": fields, "episodes": episodes, "throughput_per_s": throughput,
     }
     if episodes or not row.get("error"):
-        write_atomically(cell["path"], _dumps(doc))
+        write_run(cell["path"], doc)
     return doc
 
 
@@ -239,7 +212,7 @@ def cmd_run(args, cells: list[dict]) -> int:
     failed = 0
     for n, cell in enumerate(todo, 1):
         budget = args.max_seconds if args.max_seconds is not None else BUDGET_S.get(cell["task"], 300)
-        doc = run_cell(args.suite, cell, budget, args.peers_python, args.peers_dir)
+        doc = run_cell(args.suite, cell, budget, args.peers_python, args.peers_dir, args.peer_threads)
         run = doc["run"]
         if not doc["episodes"] and run.get("error"):
             failed += 1
@@ -255,30 +228,66 @@ def cmd_run(args, cells: list[dict]) -> int:
     return 1 if failed else 0
 
 
-def main(argv=None) -> int:
+def _in_suite(command):
+    """``command`` on the cells of the suite ``args`` name (a bad name: one line, exit 2)."""
+    def run(args) -> int:
+        try:
+            cells = plan(args.suite, args.tasks, args.systems, args.seeds, args.results)
+        except BadInput as err:
+            print(f"suite.py: {err}", file=sys.stderr)
+            return 2
+        return command(args, cells)
+
+    return run
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("suite", help=f"one of {', '.join(SUITES)}")
-    common.add_argument("--tasks", nargs="+", help="only these of the suite's tasks")
-    common.add_argument("--systems", nargs="+", help="only these of the suite's systems")
-    common.add_argument("--seeds", nargs="+", type=int, help="only these of the suite's seeds")
-    common.add_argument("--results", type=Path, default=RESULTS, help="where the raw files go")
-    sub.add_parser("list", parents=[common], help="the suite's cells in run order, and which are done")
-    r = sub.add_parser("run", parents=[common], help="train the cells that have no raw file yet")
+    cells = argparse.ArgumentParser(add_help=False)
+    cells.add_argument("suite", help=f"one of {', '.join(SUITES)}")
+    cells.add_argument("--tasks", nargs="+", help="only these of the suite's tasks")
+    cells.add_argument("--systems", nargs="+", help="only these of the suite's systems")
+    cells.add_argument("--seeds", nargs="+", type=int, help="only these of the suite's seeds")
+    cells.add_argument("--results", type=Path, default=RESULTS, help="where the raw files go")
+    peers = argparse.ArgumentParser(add_help=False)
+    # absolute, not resolved: a peer runs in a temporary folder, and a venv's python is a symlink into the venv
+    peers.add_argument("--peers-python", type=lambda p: Path(os.path.abspath(p)), default=DEFAULT_PEERS_PYTHON,
+                       help="the python of the peers' venv (benchmarks/peers/setup)")
+    peers.add_argument("--peers-dir", type=lambda p: Path(os.path.abspath(p)), default=DEFAULT_PEERS_DIR,
+                       help="where the venvs of Sample Factory, PufferLib and TorchRL are (benchmarks/peers/setup sf|...)")
+    peers.add_argument("--peer-threads", type=int, default=1,
+                       help="torch threads per peer process (tianji_dask's roles use 1 each); 0: library default")
+    sub.add_parser("list", parents=[cells], help="the suite's cells in run order, and which are done")
+    r = sub.add_parser("run", parents=[cells, peers], help="train the cells that have no raw file yet")
     r.add_argument("--max-seconds", type=float, help="per-run budget from build (default: BUDGET_S by task)")
     r.add_argument("--rerun", action="store_true", help="train the cells that are done too, replacing their files")
-    # absolute, not resolved: a peer runs in a temporary folder, and a venv's python is a symlink into the venv
-    r.add_argument("--peers-python", type=lambda p: Path(os.path.abspath(p)), default=vs_peers.DEFAULT_PEERS_PYTHON)
-    r.add_argument("--peers-dir", type=lambda p: Path(os.path.abspath(p)), default=vs_peers.DEFAULT_PEERS_DIR,
-                   help="where the venvs of Sample Factory, PufferLib and TorchRL are (benchmarks/peers/setup sf|...)")
-    args = parser.parse_args(argv)
-    try:
-        cells = plan(args.suite, args.tasks, args.systems, args.seeds, args.results)
-    except BadInput as err:
-        print(f"suite.py: {err}", file=sys.stderr)
-        return 2
-    return {"list": cmd_list, "run": cmd_run}[args.command](args, cells)
+    s = sub.add_parser("solve", parents=[peers], help="time-to-solve of chosen systems side by side, alternated seed by seed")
+    s.add_argument("--tasks", nargs="+", choices=list(TASKS), default=["cartpole_ppo", "cartpole_dqn"])
+    s.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=["tianji", "rllib", "sb3"])
+    s.add_argument("--seeds", type=int, default=3, help="how many seeds (from --seed-start)")
+    s.add_argument("--seed-start", type=int, default=0)
+    s.add_argument("--max-seconds", type=float, default=300, help="per-run budget from build")
+    s.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "solve"), help="writes OUT.json and OUT.md")
+    s.add_argument("--append", action="store_true", help="keep the runs already in OUT.json")
+    rep = sub.add_parser("report", help="rebuild the markdown of a solve JSON")
+    rep.add_argument("json")
+    rep.add_argument("--note", action="append", default=[], help="add a note on the measured runs to the markdown")
+    cu = sub.add_parser("curves", help="one task's learning curves (every run) of a solve JSON against wall time, a PNG")
+    cu.add_argument("json", help="a solve JSON")
+    cu.add_argument("--task", required=True)
+    cu.add_argument("--out", required=True, help="the PNG to write")
+    cu.add_argument("--clock", choices=["build", "launch"], default="build",
+                    help="seconds since the system was built (default) or since its process was launched")
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    args.argv = argv
+    return {"list": _in_suite(cmd_list), "run": _in_suite(cmd_run), "solve": _solve.solve, "report": _solve.report,
+            "curves": solve_curves}[args.command](args)
 
 
 if __name__ == "__main__":

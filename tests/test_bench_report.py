@@ -1,11 +1,15 @@
 """The rliable-protocol report and the suite runner, on raw files written here: no training.
 benchmarks/report.py must regenerate only its section of a page, with the IQM computed as an
-independent trimmed mean gives it, the same bytes every time; benchmarks/suite.py must refuse an
-unknown suite in one line and skip a cell whose raw file exists."""
+independent trimmed mean gives it, the same bytes every time, from plain and compressed raw files
+alike; benchmarks/suite.py must refuse an unknown suite in one line and skip a cell whose raw file
+exists."""
 
 from __future__ import annotations
 
+import gzip
+import importlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -26,11 +30,18 @@ TIMES = {"tianji": [52.5, 61.0, 78.25], "sb3": [104.0, 139.5, None]}
 
 @pytest.fixture
 def suite(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # suite.py imports vs_peers from beside it
+    monkeypatch.syspath_prepend(str(BENCH))  # suite.py imports its modules from beside it
     spec = importlib.util.spec_from_file_location("suite", BENCH / "suite.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def run_file(monkeypatch):
+    """benchmarks/_run_file.py: a suite cell's raw file, written and read."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("_run_file")
 
 
 def _episodes(solve_s: float | None, with_steps: bool) -> list[list[float]]:
@@ -63,12 +74,11 @@ def _raw(system: str, seed: int, solve_s: float | None) -> dict:
 
 
 @pytest.fixture
-def page(tmp_path, suite):
+def page(tmp_path, run_file):
     results = tmp_path / "results"
     for system, times in TIMES.items():
         for seed, t in enumerate(times):
-            path = suite.cell_path(results, "cartpole_ppo", system, seed)
-            suite.write_atomically(path, suite._dumps(_raw(system, seed, t)))
+            run_file.write_run(run_file.cell_path(results, "cartpole_ppo", system, seed), _raw(system, seed, t))
     doc = tmp_path / "docs" / "page.md"
     doc.parent.mkdir()
     doc.write_text(f"{HEAD}{BEGIN}\nhand-written, to be replaced\n{END}{TAIL}")
@@ -162,6 +172,19 @@ def test_an_empty_results_folder_says_so_in_one_line(tmp_path):
     assert not (tmp_path / "images").exists()
 
 
+def test_a_large_raw_file_is_stored_compressed_and_read_back_as_written(run_file, tmp_path):
+    path = run_file.cell_path(tmp_path, "cartpole_ppo", "tianji", 0)
+    big = _raw("tianji", 0, 52.5)
+    big["episodes"] = big["episodes"] * 40  # past GZIP_FROM
+    written = run_file.write_run(path, big)
+    assert written == path.with_name("seed0.json.gz") and not path.exists()
+    assert run_file.write_run(path, big).read_bytes() == written.read_bytes()  # the same bytes every time
+    assert run_file.load_runs(tmp_path) == [json.loads(json.dumps(big))]
+    small = _raw("tianji", 0, 52.5)
+    assert run_file.write_run(path, small) == path and not written.exists()  # a rerun leaves one form
+    assert run_file.load_runs(tmp_path) == [json.loads(json.dumps(small))]
+
+
 def test_suite_refuses_an_unknown_suite_in_one_line():
     proc = subprocess.run([sys.executable, str(BENCH / "suite.py"), "list", "no-such-suite"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -170,18 +193,22 @@ def test_suite_refuses_an_unknown_suite_in_one_line():
     assert "no-such-suite" in proc.stderr and "cartpole" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_suite_skips_a_cell_whose_file_exists(suite, tmp_path):
-    done = suite.cell_path(tmp_path, "cartpole_ppo", "sb3", 0)
-    suite.write_atomically(done, "{}\n")
+def test_suite_skips_a_cell_whose_file_exists(suite, run_file, tmp_path):
+    done = run_file.cell_path(tmp_path, "cartpole_ppo", "sb3", 0)
+    done.parent.mkdir(parents=True)
+    done.write_text("{}\n")
+    zipped = run_file.cell_path(tmp_path, "cartpole_dqn", "tianji", 1)
+    zipped.parent.mkdir(parents=True)
+    zipped.with_name(zipped.name + ".gz").write_bytes(gzip.compress(b"{}\n"))
     cells = suite.plan("cartpole", results=tmp_path)
     assert len(cells) == 2 * 2 * 5
     # seed-major, the system order rotating from one seed to the next
     assert [(c["task"], c["system"], c["seed"]) for c in cells[:6]] == [
         ("cartpole_ppo", "tianji", 0), ("cartpole_ppo", "sb3", 0), ("cartpole_dqn", "tianji", 0),
         ("cartpole_dqn", "sb3", 0), ("cartpole_ppo", "sb3", 1), ("cartpole_ppo", "tianji", 1)]
-    assert [c["path"] for c in cells if c["done"]] == [done]
+    assert [c["path"] for c in cells if c["done"]] == [done, zipped]  # a compressed file counts as done
     todo = suite.pending(cells)
-    assert len(todo) == len(cells) - 1 and all(c["path"] != done for c in todo)
+    assert len(todo) == len(cells) - 2 and all(c["path"] not in (done, zipped) for c in todo)
     assert len(suite.pending(cells, rerun=True)) == len(cells)
     some = suite.plan("cartpole", tasks=["cartpole_dqn"], seeds=[2], results=tmp_path)
     assert [(c["system"], c["seed"]) for c in some] == [("tianji", 2), ("sb3", 2)]
@@ -189,7 +216,7 @@ def test_suite_skips_a_cell_whose_file_exists(suite, tmp_path):
         suite.plan("cartpole", systems=["rllib"], results=tmp_path)
 
 
-def test_a_peer_on_an_older_env_id_is_named_so_and_compared_with_tianji_on_that_env(suite, tmp_path):
+def test_a_peer_on_an_older_env_id_is_named_so_and_compared_with_tianji_on_that_env(run_file, tmp_path):
     """Sample Factory and PufferLib run Hopper-v4 (their gymnasium has no v5): their rows carry the env
     id, tianji-v4 (tianji_dask on Hopper-v4) is their reference, and each row of a peer with its own
     venv says its settings (PufferLib's patched build named); every row has the time from launch."""
@@ -202,7 +229,7 @@ def test_a_peer_on_an_older_env_id_is_named_so_and_compared_with_tianji_on_that_
             doc.update(task="hopper_ppo", env_id=env_id, max_seconds=BUDGET)
             doc["run"].update(task="hopper_ppo", time_to_solve_from_launch_s=None if t is None else t + 10.0,
                               build_s_from_launch=10.0, config={"source": f"{system}'s own Hopper settings"})
-            suite.write_atomically(suite.cell_path(results, "hopper_ppo", system, seed), suite._dumps(doc))
+            run_file.write_run(run_file.cell_path(results, "hopper_ppo", system, seed), doc)
     doc_path = tmp_path / "page.md"
     doc_path.write_text(f"{HEAD}{BEGIN}\n{END}{TAIL}")
     proc = _report(results, doc_path, tmp_path / "images")

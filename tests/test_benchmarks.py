@@ -1,8 +1,9 @@
-"""The peers benchmark harness end to end on our system only (no peers venv needed), so it cannot
+"""The benchmark harnesses end to end on our system only (no peers venv needed), so they cannot
 rot; timing is never asserted."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -21,15 +22,21 @@ def _load(name: str, path: Path):
     return module
 
 
-vs_peers = _load("vs_peers", ROOT / "benchmarks" / "vs_peers.py")
 run_peer = _load("run_peer", ROOT / "benchmarks" / "peers" / "run_peer.py")
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """A module of benchmarks/ by name, imported as its scripts import it (their folder on the path)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # about 30 s on a quiet 2-core machine; much more on a loaded one
-def test_solve_writes_every_run_and_the_tables(tmp_path):
+def test_solve_writes_every_run_and_the_tables(tmp_path, bench):
     out = tmp_path / "vs"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "solve", "--tasks", "cartpole_ppo",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "suite.py"), "solve", "--tasks", "cartpole_ppo",
            "--systems", "tianji", "rllib", "--seeds", "1", "--max-seconds", "2", "--out", str(out),
            "--peers-python", str(tmp_path / "no-such-venv" / "python")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=280)
@@ -39,7 +46,7 @@ def test_solve_writes_every_run_and_the_tables(tmp_path):
     runs = doc["runs"]
     assert [(r["system"], r["task"], r["seed"]) for r in runs] == [("tianji", "cartpole_ppo", 0), ("rllib", "cartpole_ppo", 0)]
     for r in runs:
-        assert set(vs_peers.RUN_FIELDS) <= set(r)
+        assert set(bench("_one_run").RUN_FIELDS) <= set(r)
         assert r["max_seconds"] == 2
     ours, peer = runs
     assert ours["error"] is None
@@ -54,7 +61,7 @@ def test_solve_writes_every_run_and_the_tables(tmp_path):
         assert ours["time_to_solve_s"] is None and ours["time_to_solve_from_launch_s"] is None
     # a peer that cannot run is kept as an unsolved run with its error, never dropped
     assert peer["solved"] is False and "benchmarks/peers/setup" in peer["error"]
-    assert doc["meta"]["command"].startswith("python benchmarks/vs_peers.py solve")
+    assert doc["meta"]["command"].startswith("python benchmarks/suite.py solve")
 
     md = out.with_suffix(".md").read_text()
     header = ("| task | system | solved | time-to-solve by seed | median | median from launch | ratio (system ÷ tianji) "
@@ -67,7 +74,7 @@ def test_solve_writes_every_run_and_the_tables(tmp_path):
     assert "## Errors" in md
 
     # the report subcommand rebuilds the same markdown from the JSON
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "report", str(out.with_suffix(".json"))],
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite.py"), "report", str(out.with_suffix(".json"))],
                    check=True, capture_output=True, cwd=ROOT, timeout=60)
     assert out.with_suffix(".md").read_text() == md
 
@@ -78,11 +85,11 @@ def _run(system, seed, t, solved=True, budget=100.0):
             "learner_busy_fraction": None, "env_steps_per_s": None}
 
 
-def test_medians_count_unsolved_runs_as_lower_bounds():
+def test_medians_count_unsolved_runs_as_lower_bounds(bench):
     runs = [_run("tianji", 0, 10), _run("tianji", 1, 20), _run("tianji", 2, 30),
             _run("sb3", 0, 40), _run("sb3", 1, 0, solved=False), _run("sb3", 2, 0, solved=False),
             _run("rllib", 0, 50), _run("rllib", 1, 60), _run("rllib", 2, 0, solved=False)]
-    rows = {r["system"]: r for r in vs_peers.summarise(runs)}
+    rows = {r["system"]: r for r in bench("_solve").summarise(runs)}
     assert rows["tianji"]["median_time_to_solve_s"] == 20 and rows["tianji"]["ratio_vs_tianji"] is None
     assert rows["rllib"]["median_time_to_solve_s"] == 60 and rows["rllib"]["ratio_vs_tianji"] == "3.00"
     assert rows["rllib"]["pair_ratios"] == [5.0, 3.0] and rows["rllib"]["median_pair_ratio"] == 4.0
@@ -112,7 +119,7 @@ def test_peer_runner_time_to_solve_matches_the_projects_rule():
 @pytest.mark.timeout(200)
 def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_side(tmp_path):
     out = tmp_path / "transfer"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "transfer", "--sizes-mib", "0.25",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "transfer.py"), "--sizes-mib", "0.25",
            "--repeats", "2", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -132,7 +139,7 @@ def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_sid
 @pytest.mark.timeout(300)
 def test_scaling_runs_each_explorer_count_and_reports_the_machines_cpu(tmp_path):
     out = tmp_path / "scaling"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_peers.py"), "scaling", "--pipeline", "cartpole_dqn",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "explorer_scaling.py"), "--pipeline", "cartpole_dqn",
            "--explorers", "1", "2", "--seconds", "6", "--set", "controller.replay_ratio=null", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -200,10 +207,9 @@ def test_ppo_lag_study_refuses_a_variant_it_does_not_know():
     assert proc.returncode == 2 and "'fresh' is not lagN" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypatch, tmp_path, capsys):
+def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypatch, tmp_path, capsys, bench):
     """The grid's bookkeeping only (a fake run stands in for training): a second sitting reads
     the runs already there, other settings are refused, ``--rerun`` replaces them."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     scale = _load("scale", ROOT / "benchmarks" / "scale.py")
     ran = []
 
@@ -214,7 +220,7 @@ def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypat
                 "staleness_versions": {"mean": 2.0, "mean_second_half": 2.1}, "solved": False, "wall_s": seconds,
                 "controller": {"target_verdict": {"state": "held", "reason": None}}}
 
-    monkeypatch.setattr(scale, "train_cell", fake_run)
+    monkeypatch.setattr(bench("_scale_staleness"), "train_cell", fake_run)
     grid = ["staleness", "--targets", "2", "4", "--explorers", "8", "--pipelines", "cartpole_impala", "--seeds", "0",
             "--max-seconds", "5", "--cells", str(tmp_path / "cells")]
     assert scale.main(grid) == 0 and ran == [(2, 0), (4, 0)]
@@ -228,18 +234,17 @@ def test_the_staleness_grid_keeps_a_file_per_run_and_resumes_from_them(monkeypat
     assert scale.main(grid + ["--rerun"]) == 0 and ran[4:] == [(2, 0), (4, 0)]
 
 
-def test_the_staleness_grid_tells_a_miss_from_too_few_chunks_to_say(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    scale = _load("scale", ROOT / "benchmarks" / "scale.py")
+def test_the_staleness_grid_tells_a_miss_from_too_few_chunks_to_say(bench):
+    grid = bench("_scale_staleness")
 
     def seeds(*pairs):
         return [{"staleness_second_half": s, "staleness_second_half_se": se} for s, se in pairs]
 
-    assert scale.within_target(2.4, 2, seeds((2.4, 0.1))) == "yes"  # inside ±25%
+    assert grid.within_target(2.4, 2, seeds((2.4, 0.1))) == "yes"  # inside ±25%
     # 2.8 is 0.3 past the band's 2.5: two seeds' second halves too noisy to call it, then one precise enough
-    assert scale.within_target(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
-    assert scale.within_target(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
-    assert scale.within_target(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss
+    assert grid.within_target(2.8, 2, seeds((2.8, 0.4), (2.8, 0.3))) == "no, within noise"
+    assert grid.within_target(2.8, 2, seeds((2.8, 0.1), (2.8, 0.1))) == "**no**"
+    assert grid.within_target(2.8, 2, seeds((2.8, None))) == "**no**"  # no error to weigh it by: a miss
 
 
 def test_the_variant_study_turns_the_order_resumes_and_counts_an_unsolved_run_slower(monkeypatch, tmp_path, capsys):

@@ -1,5 +1,5 @@
 """A CleanRL-style single-file PPO (after CleanRL's ``ppo.py``, discrete actions), as a peer for
-benchmarks/vs_peers.py. Imported by run_peer.py only.
+benchmarks/suite.py. Imported by run_peer.py only.
 
 What CleanRL's loop does, kept: a gymnasium SyncVectorEnv, GAE, epochs of shuffled minibatches,
 clipped surrogate (0.2) and (optionally clipped) value loss, entropy and value coefficients, Adam
@@ -37,7 +37,7 @@ CONFIGS = {
 
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    """Train until ``stop(episodes)`` names a reason (tasks.stop_rule); episodes go to
     ``record["episodes"]`` as (end time, return, length)."""
     import gymnasium as gym
     import torch

@@ -1,4 +1,4 @@
-"""PufferLib 3 (its own trainer, ``pufferlib.pufferl.PuffeRL``), as a peer for benchmarks/vs_peers.py.
+"""PufferLib 3 (its own trainer, ``pufferlib.pufferl.PuffeRL``), as a peer for benchmarks/suite.py.
 Imported by run_peer.py only, in PufferLib's own venv (``benchmarks/peers/setup pufferlib``: a
 PATCHED BUILD of pufferlib 3.0.0, whose published sdist does not install (see that script): built
 with NO_OCEAN=1, so without its C Ocean envs, and its advantage kernel the CPU one. It pins
@@ -147,7 +147,7 @@ def settings(task: str, env_id: str):
 
 
 def run(task: str, env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    """Train until ``stop(episodes)`` names a reason (tasks.stop_rule); episodes go to
     ``record["episodes"]`` as (end time, return, length)."""
     import tempfile
 

@@ -16,7 +16,8 @@ import json
 import sys
 import time
 
-from run_peer import register_env_ids, sb3_minatar_extractor
+from sb3_peer import sb3_minatar_extractor
+from tasks import register_env_ids
 
 # case: (env id, algorithm, constructor kwargs, what differs from ours)
 CASES = {

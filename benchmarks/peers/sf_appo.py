@@ -1,4 +1,4 @@
-"""Sample Factory 2 (APPO), as a peer for benchmarks/vs_peers.py. Imported by run_peer.py only, in
+"""Sample Factory 2 (APPO), as a peer for benchmarks/suite.py. Imported by run_peer.py only, in
 Sample Factory's own venv (``benchmarks/peers/setup sf``: sample-factory 2.1.1 pins gymnasium<1.0,
 so LunarLander-v2 and Hopper-v4 stand in for LunarLander-v3 and Hopper-v5).
 
@@ -110,7 +110,7 @@ _ENV_IDS = {"mujoco_hopper": "Hopper-v4"}
 
 
 def run(task: str, env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    """Train until ``stop(episodes)`` names a reason (tasks.stop_rule); episodes go to
     ``record["episodes"]`` as (end time, return, length)."""
     import tempfile
 

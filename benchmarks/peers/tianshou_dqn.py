@@ -1,5 +1,5 @@
 """Tianshou 2 DQN (discrete actions) with the settings of Tianshou's own examples, as a peer for
-benchmarks/vs_peers.py. Imported by run_peer.py only.
+benchmarks/suite.py. Imported by run_peer.py only.
 
 Built with Tianshou 2's procedural API, as its examples build it: a ``Net`` Q-network inside a
 ``DiscreteQLearningPolicy`` (epsilon-greedy), the ``DQN`` algorithm (double Q, Tianshou's default;
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 CONFIGS = {
     "CartPole-v1": {
         "source": "tianshou examples/discrete/discrete_dqn.py",
@@ -62,26 +60,19 @@ def epsilon(c: dict, env_step: int) -> float:
 
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
-    ``record["episodes"]`` as (end time, return, length)."""
-    import gymnasium as gym
-    import torch
+    """Train the DQN of ``CONFIGS[env_id]`` until ``stop(episodes)`` names a reason
+    (tasks.stop_rule); ``record["episodes"]`` gets each as (end time, return, length)."""
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    c = CONFIGS[env_id]
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    env = gym.make(env_id)
-    n = c["training_num"]
-    train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
-    train_envs.seed(seed)
+    from tianshou_envs import recording_collector, seeded_envs
 
+    c = CONFIGS[env_id]
+    n = c["training_num"]
+    env, train_envs = seeded_envs(env_id, n, seed)
     dueling = None
     if c["dueling"]:
         dueling = ({"hidden_sizes": c["dueling"]["q_hidden_sizes"]}, {"hidden_sizes": c["dueling"]["v_hidden_sizes"]})
@@ -91,26 +82,8 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
                                      eps_inference=0.0)
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=c["lr"]), gamma=c["gamma"],
                     n_step_return_horizon=c["n_step"], target_update_freq=c["target_update_freq"])
-
     episodes = record["episodes"]
-    ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
-
-    def on_step(action_batch, rollout_batch) -> None:
-        # DummyVectorEnv without wait_num: every env steps every time, in env order
-        rew = np.asarray(rollout_batch.rew, dtype=float)
-        assert len(rew) == n, len(rew)
-        ep_ret[:] += rew
-        ep_len[:] += 1
-        done = np.asarray(rollout_batch.done, dtype=bool)
-        if done.any():
-            now = time.time()
-            for i in np.flatnonzero(done):
-                episodes.append((now, float(ep_ret[i]), int(ep_len[i])))
-                ep_ret[i], ep_len[i] = 0.0, 0
-
-    collector = Collector(algorithm, train_envs, VectorReplayBuffer(c["buffer_size"], n), exploration_noise=True,
-                          on_step_hook=on_step)
-    collector.reset()
+    collector = recording_collector(algorithm, train_envs, n, c["buffer_size"], episodes, exploration_noise=True)
     record.update(t_built=time.time(), config=dict(c))
 
     env_steps = 0

@@ -1,4 +1,4 @@
-"""Tianshou 2 PPO (discrete actions), as a peer for benchmarks/vs_peers.py. Imported by
+"""Tianshou 2 PPO (discrete actions), as a peer for benchmarks/suite.py. Imported by
 run_peer.py only.
 
 Built with Tianshou 2's procedural API: a ``DiscreteActorPolicy`` (actor on a ``Net`` body,
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 # test/discrete/test_ppo.py's argument defaults (CartPole); buffer 20000 as there (only 2000 are used)
 CONFIG = {"training_num": 20, "buffer_size": 20000, "lr": 3e-4, "gamma": 0.99, "step_per_collect": 2000,
           "repeat_per_collect": 10, "batch_size": 64, "hidden_sizes": [64, 64], "vf_coef": 0.5, "ent_coef": 0.0,
@@ -44,26 +42,21 @@ CONFIGS = {
 
 
 def run(env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
-    ``record["episodes"]`` as (end time, return, length)."""
-    import gymnasium as gym
+    """Train the PPO of ``CONFIGS[env_id]`` until ``stop(episodes)`` names a reason
+    (tasks.stop_rule); ``record["episodes"]`` gets each as (end time, return, length)."""
     import torch
     from tianshou.algorithm import PPO
     from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import ActorCritic, Net
     from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from tianshou_envs import recording_collector, seeded_envs
 
     c = CONFIGS[env_id]
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    env = gym.make(env_id)
     n = c["training_num"]
-    train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
-    train_envs.seed(seed)
-
+    env, train_envs = seeded_envs(env_id, n, seed)
     activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[c["activation"]]
 
     def body():
@@ -83,28 +76,9 @@ def run(env_id: str, seed: int, record: dict, stop) -> None:
                     dual_clip=c["dual_clip"], value_clip=c["value_clip"],
                     advantage_normalization=c["advantage_normalization"],
                     recompute_advantage=c["recompute_advantage"])
-
     episodes = record["episodes"]
-    ep_ret, ep_len = np.zeros(n), np.zeros(n, dtype=np.int64)
-
-    def on_step(action_batch, rollout_batch) -> None:
-        # DummyVectorEnv without wait_num: every env steps every time, in env order
-        rew = np.asarray(rollout_batch.rew, dtype=float)
-        assert len(rew) == n, len(rew)
-        ep_ret[:] += rew
-        ep_len[:] += 1
-        done = np.asarray(rollout_batch.done, dtype=bool)
-        if done.any():
-            now = time.time()
-            for i in np.flatnonzero(done):
-                episodes.append((now, float(ep_ret[i]), int(ep_len[i])))
-                ep_ret[i], ep_len[i] = 0.0, 0
-
-    collector = Collector(algorithm, train_envs, VectorReplayBuffer(c["buffer_size"], n), on_step_hook=on_step)
-    collector.reset()
+    collector = recording_collector(algorithm, train_envs, n, c["buffer_size"], episodes)
     record.update(t_built=time.time(), config=dict(c))
-
-    from tianshou.utils.torch_utils import policy_within_training_step
 
     env_steps = 0
     while True:

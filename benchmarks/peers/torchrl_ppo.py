@@ -1,5 +1,5 @@
 """TorchRL PPO after its ``sota-implementations/ppo/ppo_mujoco.py``, as a peer for
-benchmarks/vs_peers.py. Imported by run_peer.py only, in TorchRL's own venv
+benchmarks/suite.py. Imported by run_peer.py only, in TorchRL's own venv
 (``benchmarks/peers/setup torchrl``).
 
 The script's pieces, as it puts them together: a ``Collector`` over a ``TransformedEnv`` (a
@@ -49,7 +49,7 @@ CONFIGS = {
 
 
 def run(task: str, env_id: str, seed: int, record: dict, stop) -> None:
-    """Train until ``stop(episodes)`` names a reason (run_peer.stop_rule); episodes go to
+    """Train until ``stop(episodes)`` names a reason (tasks.stop_rule); episodes go to
     ``record["episodes"]`` as (end time, return, length)."""
     import gymnasium as gym
     import torch

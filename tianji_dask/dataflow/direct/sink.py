@@ -2,7 +2,7 @@
 
 Dask moves a task result between workers at a fixed cost per transfer (the request, its msgpack
 framing, serialization, tornado's reads on the event loop) and well below the speed of a plain
-socket (``benchmarks/vs_peers.py transfer`` measures both). For a chunk of pixels that is most of
+socket (``benchmarks/transfer.py`` measures both). For a chunk of pixels that is most of
 its cost. So a chunk of at least ``min_bytes`` is sent by the explorer task itself to a
 ``ChunkSink`` in the learner's process, as one message: a small JSON description, then the
 arrays' own memory (scatter-gather from the sender's arrays, one receive buffer on the other side
