@@ -56,7 +56,7 @@ def test_help_shows_defaults(capsys):
     (["show", "cartpole_ppo", "--set", "lr=3e-4"], "lr: unknown key; allowed: algo, "),
     (["show", "cartpole_ppo", "--set", "algo.lr=3e-4"], "algo.lr: unknown key; allowed: config, name; did you mean algo.config.lr?"),
     (["show", "cartpole_ppo", "--set", "algo.config.max_seconds=5"], "; did you mean stop.max_seconds?"),
-    (["show", "cartpole_ppo", "--set", "stop.windw=3"], "; did you mean stop.window?"),
+    (["show", "cartpole_ppo", "--set", "stop.windw=3"], "; did you mean stop.mean_episodes?"),
     (["show", "cartpole_ppo", "--set", "explorer=3"], "; did you mean explorers?"),
 ])
 def test_did_you_mean(capsys, argv, line):
@@ -253,7 +253,7 @@ def test_iqm_cuts_a_quarter_from_each_end():
 def test_seeds_run_one_after_another_and_end_with_a_summary(tmp_path, capsys):
     # single mode, a target random play reaches within a few episodes: each seed's run is short
     out = tmp_path / "seeds"
-    code, stdout, err = _main(capsys, "train", "cartpole_ppo", "--mode", "single", "--seeds", "3", "1", "--set", "stop.window=5",
+    code, stdout, err = _main(capsys, "train", "cartpole_ppo", "--mode", "single", "--seeds", "3", "1", "--set", "stop.mean_episodes=5",
                               "--set", "stop.target_return=15", "-n", "20000", "--quiet", "--out", str(out))
     assert code == 0, err
     record = json.loads((out / "seeds.json").read_text())

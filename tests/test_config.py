@@ -64,7 +64,7 @@ CASES = [
     ("bad mode", _with(mode="fast"), "mode: Input should be 'relaxed', 'lockstep' or 'single'"),
     ("unknown env id", _with(env__id="CartPole-v9"), "env.id: unknown gymnasium id 'CartPole-v9' (did you mean"),
     ("missing field", _with(env=...), "env: required"),
-    ("no stop condition", _with(stop={"window": 100}), "stop: give target_return or one of"),
+    ("no stop condition", _with(stop={"mean_episodes": 100}), "stop: give target_return or one of"),
     ("window bounds crossed", _with(controller={"window_min": 4, "window_max": 2}),
      "controller.window_min: must be <= window_max (got window_min 4, window_max 2)"),
     ("replay ratio upside down", _with(controller={"replay_ratio": [8, 2]}),
@@ -221,3 +221,103 @@ def test_overrides_apply_and_validate():
     assert (p.mode, p.explorers, p.stop.max_seconds) == ("single", 3, 5.0)
     with pytest.raises(PipelineError, match="explorers"):
         load_pipeline("cartpole_ppo", overrides={"explorers": -1})
+
+
+# ---- renamed fields: one word, one meaning (docs/design.md, "Words") ------------------------------
+SAID_WINDOW = "stop.window is now stop.mean_episodes; the old name still works and will be removed"
+SAID_REPLAY = "checkpoint.replay is now checkpoint.replay_buffer; the old name still works and will be removed"
+
+
+@pytest.fixture
+def said(monkeypatch):
+    """The lines the renamed fields say, from a process that has said none yet."""
+    from tianji_dask.config import renamed
+    from tianji_dask.run import quiet
+
+    lines: list[str] = []
+    monkeypatch.setattr(renamed, "_said", set())
+    monkeypatch.setattr(quiet, "say", lines.append)
+    return lines
+
+
+def test_every_renamed_field_is_a_field_by_its_new_name_only():
+    from tianji_dask.config.pipeline import Pipeline
+    from tianji_dask.config.renamed import RENAMED
+    from tianji_dask.config.validation import _paths
+    from tianji_dask.run.legs import STOP_RENAMED
+
+    paths = set(_paths(Pipeline))
+    assert all(new in paths and old not in paths for old, new in RENAMED.items())
+    assert all(old.rpartition(".")[0] == new.rpartition(".")[0] for old, new in RENAMED.items())  # same section
+    # legs reads a run folder's stop section without importing the config: the same table
+    assert {f"stop.{old}": f"stop.{new}" for old, new in STOP_RENAMED.items()} == {
+        old: new for old, new in RENAMED.items() if old.startswith("stop.")}
+
+
+def test_an_old_name_in_yaml_is_read_as_the_new_one_and_says_one_line_once(tmp_path, said):
+    path = _write(tmp_path, _with(stop__window=7, checkpoint={"replay": True}))
+    p = load_pipeline(path)
+    assert p.stop.mean_episodes == 7 and p.checkpoint.replay_buffer is True
+    assert sorted(said) == [SAID_REPLAY, SAID_WINDOW]  # one line each, in the file's order
+    assert load_pipeline(path) == p and len(said) == 2  # each said once in a process
+    assert "window" not in p.stop.model_dump() and "replay" not in p.checkpoint.model_dump()
+
+
+@pytest.mark.parametrize("overrides", [{"stop.window": 5, "checkpoint.replay": True},
+                                       {"stop": {"target_return": 475, "window": 5}, "checkpoint": {"replay": True}}])
+def test_an_old_name_in_overrides_is_read_as_the_new_one(said, overrides):
+    p = load_pipeline("cartpole_dqn", overrides=overrides)
+    assert p.stop.mean_episodes == 5 and p.checkpoint.replay_buffer is True
+    assert said == [SAID_WINDOW, SAID_REPLAY]
+
+
+def test_an_old_name_set_on_the_command_line_says_one_line(capsys, monkeypatch):
+    from tianji_dask.config import renamed
+
+    monkeypatch.setattr(renamed, "_said", set())
+    assert main(["show", "cartpole_ppo", "--set", "stop.window=5"]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in (captured.out + captured.err).splitlines() if "stop.window" in line]
+    assert lines == [f"tianji-dask: {SAID_WINDOW}"], captured
+    assert "  mean_episodes: 5\n" in captured.out
+
+
+def test_an_old_name_given_alone_or_under_a_new_name_from_elsewhere(tmp_path, said):
+    # the new name alone, in the file or set: it is the value
+    assert load_pipeline(_write(tmp_path, _with(stop__mean_episodes=9))).stop.mean_episodes == 9
+    assert load_pipeline(_write(tmp_path, _with(stop__window=9)), overrides={"stop.mean_episodes": 3}).stop.mean_episodes == 3
+    # an old name set on top of a file with the new one: a setting replaces what the file has, as ever
+    assert load_pipeline(_write(tmp_path, _with(stop__mean_episodes=9)), overrides={"stop.window": 4}).stop.mean_episodes == 4
+
+
+@pytest.mark.parametrize("data,overrides,field", [
+    (_with(stop__window=5, stop__mean_episodes=6), {}, "stop"),
+    (GOOD, {"stop.window": 5, "stop.mean_episodes": 6}, "stop"),
+    (GOOD, {"stop": {"target_return": 1, "window": 5, "mean_episodes": 6}}, "stop"),
+    (_with(checkpoint={"replay": True, "replay_buffer": False}), {}, "checkpoint"),
+], ids=["yaml", "set", "set-section", "checkpoint"])
+def test_an_old_name_beside_its_new_one_is_one_line(tmp_path, said, data, overrides, field):
+    from tianji_dask.config import parse_pipeline
+
+    with pytest.raises(PipelineError) as err:
+        parse_pipeline(data, overrides=overrides)
+    old, new = {"stop": ("stop.window", "stop.mean_episodes"), "checkpoint": ("checkpoint.replay", "checkpoint.replay_buffer")}[field]
+    assert str(err.value) == f"{new}: given both by this name and by its old name {old}; allowed: one of them, {new}"
+
+
+def test_a_run_folder_pipeline_written_before_the_renames_loads_the_same(tmp_path, said):
+    from tianji_dask.config import pipeline_yaml
+
+    new = pipeline_yaml(load_pipeline("cartpole_dqn", overrides={"stop.mean_episodes": 20, "checkpoint.replay_buffer": True}))
+    old = new.replace("  mean_episodes: 20\n", "  window: 20\n").replace("  replay_buffer: true\n", "  replay: true\n")
+    assert old != new and "  window: 20\n" in old and "  replay: true\n" in old
+    path = _write(tmp_path / "", old, name="pipeline.yaml")
+    assert load_pipeline(path) == load_pipeline(_write(tmp_path, new, name="new.yaml"))
+    assert pipeline_yaml(load_pipeline(path)) == new  # written back by the new names
+
+
+def test_a_misspelt_renamed_field_is_pointed_to_its_new_name(tmp_path):
+    with pytest.raises(PipelineError, match=r"stop\.windw: unknown key; allowed: .*mean_episodes.*; did you mean stop\.mean_episodes\?$"):
+        load_pipeline(_write(tmp_path, _with(stop__windw=3)))
+    with pytest.raises(PipelineError, match=r"; did you mean checkpoint\.replay_buffer\?$"):
+        load_pipeline(_write(tmp_path, _with(checkpoint={"repaly": True})))

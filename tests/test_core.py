@@ -54,11 +54,11 @@ def test_a_group_learner_stops_on_its_time_only_the_run_judges_the_rest():
     assert rules.target_return == 1.0  # its episodes still tell whether it solved
 
 
-def test_solved_at_is_the_end_of_the_episode_that_brings_the_window_mean_to_the_target():
-    rules = StopRules(target_return=10.0, window=3)
+def test_solved_at_is_the_end_of_the_episode_that_brings_the_running_mean_to_the_target():
+    rules = StopRules(target_return=10.0, mean_episodes=3)
     episodes = np.array([[1.0, 5.0], [2.0, 10.0], [3.0, 10.0], [4.0, 10.0], [5.0, 0.0]])
     assert rules.solved_at(episodes) == 4.0
-    assert rules.window_mean_solves([10.0, 10.0, 10.0]) and not rules.window_mean_solves([10.0, 10.0])
+    assert rules.running_mean_solves([10.0, 10.0, 10.0]) and not rules.running_mean_solves([10.0, 10.0])
     assert StopRules(target_return=None, max_seconds=1).solved_at(episodes) is None
 
 

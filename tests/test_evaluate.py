@@ -87,7 +87,7 @@ def test_a_run_can_solve_on_its_evaluations():
     results = summary.results(ledger, 20)
     assert results["solved"] and results["time_to_solve_s"] == 2.0 and [r["mean"] for r in results["eval"]] == [55, 110]
     # training returns do not solve such a run
-    assert not StopRules(target_return=100, on_eval=True).window_mean_solves([200] * 100)
+    assert not StopRules(target_return=100, on_eval=True).running_mean_solves([200] * 100)
 
 
 @pytest.mark.parametrize("overrides,starts", [

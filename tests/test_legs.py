@@ -55,13 +55,13 @@ def budget_run(cli_training_run, tmp_path) -> Path:
     return run
 
 
-def solved(run: Path, window: int = 100) -> None:
+def solved(run: Path, mean_episodes: int = 100) -> None:
     """Make ``run`` read as a run that reached its target: results and pipeline say so."""
     results = json.loads((run / "results.json").read_text())
     results.update(solved=True, stop_reason="solved", time_to_solve_s=1.5, target_return=20.0)
     (run / "results.json").write_text(json.dumps(results))
     pipeline = yaml.safe_load((run / "pipeline.yaml").read_text())
-    pipeline["stop"].update(target_return=20.0, window=window, max_env_steps=None)
+    pipeline["stop"].update(target_return=20.0, mean_episodes=mean_episodes, max_env_steps=None)
     (run / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
 
 
@@ -95,6 +95,27 @@ def test_a_rule_no_longer_in_force_lets_the_resume_go_on(budget_run):
     assert lower.value.solved
     with pytest.raises(legs.NothingToResume):
         legs.check(budget_run, {"stop.max_seconds": 0.001})  # a budget spent, whatever the target
+
+
+def test_a_run_folder_written_before_the_renames_still_resumes(budget_run):
+    # pipeline.yaml as runs wrote it before stop.window and checkpoint.replay were renamed
+    from tianji_dask.config import load_pipeline
+    from tianji_dask.run import Run
+
+    solved(budget_run)
+    text = (budget_run / "pipeline.yaml").read_text()
+    old = text.replace("  mean_episodes: 100\n", "  window: 100\n").replace("  replay_buffer: false\n", "  replay: false\n")
+    assert "  window: 100\n" in old and "  replay: false\n" in old
+    (budget_run / "pipeline.yaml").write_text(old)
+    p = load_pipeline(budget_run / "pipeline.yaml")
+    assert p.stop.mean_episodes == 100 and p.checkpoint.replay_buffer is False
+    with pytest.raises(legs.NothingToResume) as err:  # the same judge, read by its old name
+        legs.check(budget_run)
+    assert err.value.solved and "100-episode mean" in str(err.value)
+    for judge in ({"stop.mean_episodes": 50}, {"stop.window": 50}, {"stop": {"target_return": 20.0, "mean_episodes": 50}}):
+        legs.check(budget_run, judge)  # another judge: not solved by it yet
+    run = Run.resume(budget_run, overrides={"stop.target_return": 30.0})
+    assert run.pipeline.stop.mean_episodes == 100 and run.pipeline.stop.target_return == 30.0 and all(run.resume_from)
 
 
 def test_a_resume_that_trains_keeps_the_first_leg_whole_and_replayable(budget_run):

@@ -209,8 +209,8 @@ def test_maddpg_beats_random_play_on_simple_spread(tmp_path):
         "mode": "single", "seed": 0, "stop.max_env_steps": budget, "checkpoint.enabled": False})
     results = run.start().wait()
     assert results["error"] is None and results["stop_reason"] == "max_env_steps"
-    window = run.pipeline.stop.window
-    trained = results["final_mean_return"]  # mean team return of the last `window` training episodes
-    random_play = random_play_mean_return(window, run.pipeline.env.num_envs, seed=0)
+    episodes = run.pipeline.stop.mean_episodes
+    trained = results["final_mean_return"]  # mean team return of the last `stop.mean_episodes` training episodes
+    random_play = random_play_mean_return(episodes, run.pipeline.env.num_envs, seed=0)
     print(f"simple_spread, {budget:,} env steps: MADDPG {trained:.1f}, random {random_play:.1f}")
     assert trained > random_play + margin, f"MADDPG {trained:.1f} vs random play {random_play:.1f}"

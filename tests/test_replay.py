@@ -263,7 +263,7 @@ def test_a_checkpoint_whose_replay_has_no_versions_loads_them_as_the_checkpoints
 @pytest.mark.slow  # a training run: the fast tier checks PER's every learn step and its annealing above
 def test_dqn_per_learns_cartpole_in_single_mode(tmp_path):
     run = Run("cartpole_dqn_per", out=tmp_path / "per", overrides={
-        "mode": "single", "stop.max_env_steps": 15_000, "stop.window": 10, "stop.max_seconds": 60})
+        "mode": "single", "stop.max_env_steps": 15_000, "stop.mean_episodes": 10, "stop.max_seconds": 60})
     results = run.start().wait()
     assert results["error"] is None
     assert results["last_update_metrics"]["per_beta"] > 0.4  # prioritized replay was on and annealing

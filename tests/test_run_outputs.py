@@ -97,3 +97,12 @@ def test_the_end_line_names_what_stopped_the_run_and_whether_it_had_a_target():
     assert unsolved({**results, "target_return": None}, "SIGTERM") == \
         "finished (no target): stopped by SIGTERM after 12.0 s, 8,192 env steps, final mean return 21.2"
     assert unsolved({**results, "target_return": None, "final_mean_return": None}).endswith("final mean return -")
+
+
+def test_the_learning_curve_reads_the_episodes_of_the_mean_by_either_name():
+    # results.json written before stop.window became stop.mean_episodes still draw with their own
+    from tianji_dask.observe.plots import _mean_episodes
+
+    assert _mean_episodes({"pipeline_config": {"stop": {"mean_episodes": 9}}}) == 9
+    assert _mean_episodes({"pipeline_config": {"stop": {"window": 7}}}) == 7
+    assert _mean_episodes({}) == 100

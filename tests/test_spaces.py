@@ -246,7 +246,7 @@ def _spaces(env_id):
 def test_ppo_solves_a_multidiscrete_action_task(tmp_path):
     pipeline = {"name": "guess", "env": {"id": GUESS, "num_envs": 8}, "mode": "single", "explorers": 1,
                 "chunk_steps": 32, "algo": {"name": "ppo", "config": {"lr": 0.003, "update_epochs": 4}},
-                "stop": {"target_return": 9.5, "window": 100, "max_seconds": 60}}
+                "stop": {"target_return": 9.5, "mean_episodes": 100, "max_seconds": 60}}
     results = Run(pipeline, out=tmp_path / "run").start().wait()
     assert results["solved"], results["final_mean_return"]  # a random policy returns about 2.9
 

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # worker processes re-running this file as __mp_main
         "env": {"id": env_id, "num_envs": 8, "kwargs": {"length": 8}},
         "algo": {"name": "ppo", "config": {"segments_per_batch": 1, "max_policy_lag": 1}},
         "explorers": 2, "chunk_steps": 32,
-        "stop": {"target_return": 0.6, "window": 50, "max_seconds": 120},
+        "stop": {"target_return": 0.6, "mean_episodes": 50, "max_seconds": 120},
     }, out=sys.argv[1])
     print(json.dumps({k: results.get(k) for k in ("solved", "env_steps", "final_mean_return", "env_id", "error",
                                                   "stop_reason")}))

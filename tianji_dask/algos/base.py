@@ -34,8 +34,8 @@ class Algorithm(Acting, ABC):
     on_policy: bool = False
     #: torch device types the learner side can train on (``learn`` moves its batches there)
     device_types: tuple[str, ...] = ("cpu",)
-    #: checkpoints hold the replay's contents (the run's ``checkpoint.replay`` sets it before each
-    #: write); algorithms that do not replay ignore it
+    #: checkpoints hold the replay buffer's contents (the run's ``checkpoint.replay_buffer`` sets it
+    #: before each write); algorithms that do not replay ignore it
     include_replay: bool = False
     #: names of methods ``learner.compile`` may compile (core/compile.py): pure functions of their
     #: tensor arguments and the modules' parameters, with the same shapes every update, drawing no

@@ -118,7 +118,7 @@ def train_run(run, invocation: Invocation, verbose: bool = False) -> int:
     if results["solved"]:
         stop = run.pipeline.stop
         rule = (f"evaluation mean over {run.pipeline.eval.episodes} episodes" if stop.on == "eval"
-                else f"{stop.window}-episode mean")
+                else f"{stop.mean_episodes}-episode mean")
         print(
             f"tianji-dask: solved {run.pipeline.env.id} ({rule} >= {results['target_return']:g}) in "
             f"{results['time_to_solve_s']:.2f} s from run start ({results['time_to_solve_from_process_start_s']:.2f} s "

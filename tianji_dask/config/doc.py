@@ -20,6 +20,7 @@ from pydantic_core import PydanticUndefined
 
 from tianji_dask.algos import algorithm_registry
 from tianji_dask.config import Pipeline
+from tianji_dask.config.renamed import RENAMED
 
 REGENERATE = "python -m tianji_dask.config.doc > docs/configuration.md"
 _BOUNDS = ((at.Ge, "ge", "≥"), (at.Gt, "gt", ">"), (at.Le, "le", "≤"), (at.Lt, "lt", "<"))
@@ -99,6 +100,8 @@ def _models(model: type[BaseModel], path: str, out: dict) -> dict:
 
 def _table(model: type[BaseModel], links: dict) -> list[str]:
     notes = _comments(model)
+    path = links.get(model, "")
+    formerly = {new: old for old, new in RENAMED.items()}  # a renamed field's old name, said beside it
     rows = ["| field | type | default | allowed | description |", "|---|---|---|---|---|"]
     for name, f in model.model_fields.items():
         if f.is_required():
@@ -111,6 +114,8 @@ def _table(model: type[BaseModel], links: dict) -> list[str]:
         limits = [(sign, getattr(m, attr)) for m in f.metadata for kind, attr, sign in _BOUNDS if isinstance(m, kind)]
         bounds = [f"{sign} {int(v) if float(v).is_integer() else v}" for sign, v in limits]
         text = (f.description or notes.get(name, "")).replace("``", "`").replace("|", "\\|").replace("\n", " ")
+        if f"{path}.{name}" in formerly:
+            text += f"; formerly `{formerly[f'{path}.{name}'].rpartition('.')[2]}`, which still works and will be removed"
         rows.append(f"| `{name}` | {_type(f.annotation, links)} | {default} | {', '.join(bounds)} | {text} |")
     return rows
 

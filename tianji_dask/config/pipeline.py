@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 from tianji_dask.algos import config_model, validate_config
 from tianji_dask.config.bundled import resolve_pipeline_path
 from tianji_dask.config.extras import check_env
+from tianji_dask.config.renamed import renamed, renamed_overrides
 from tianji_dask.config.sections import (
     AlgoSection,
     BalanceConfig,
@@ -167,10 +168,12 @@ class Pipeline(StrictModel):
 
 
 def parse_pipeline(data: Any, *, source: str = "pipeline", overrides: dict | None = None) -> Pipeline:
-    """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys)."""
+    """Validate a dict (as loaded from YAML) into a Pipeline, applying ``overrides`` (dotted keys).
+    A renamed field's old name (``renamed.RENAMED``), in either, is read as its new name."""
     if not isinstance(data, dict):
         raise PipelineError(f"{source}: must be a mapping of fields, got {type(data).__name__}")
-    data = apply_overrides(data, overrides or {})
+    overrides = renamed_overrides(overrides or {})
+    data = apply_overrides(renamed(data), overrides)
     check_env(data.get("env"))  # an optional package the env needs: its install command, before the env is looked up
     try:
         pipeline = Pipeline.model_validate(data)

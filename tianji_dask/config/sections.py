@@ -149,8 +149,7 @@ class AlgoSection(StrictModel):
 
 class StopConfig(StrictModel):
     target_return: float | None = Field(None, description="solved when the running mean reaches it")
-    mean_episodes: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100); "
-                               "formerly `window`, which still works")
+    mean_episodes: int = Field(100, ge=1, description="episodes in the running mean (TianJi's rule: 100)")
     max_env_steps: int | None = Field(None, ge=1)
     max_updates: int | None = Field(None, ge=1)
     max_seconds: float | None = Field(None, gt=0)
@@ -274,8 +273,8 @@ class CheckpointConfig(StrictModel):
     every_seconds: float | None = Field(60.0, gt=0, description="write one at least this often; null: not by time")
     every_versions: int | None = Field(None, ge=1, description="write one every this many learner versions")
     keep: int = Field(3, ge=1, description="newest checkpoints kept")
-    replay_buffer: bool = Field(False, description="include the replay buffer (large); without it a resumed run refills "
-                                "its warm-up; formerly `replay`, which still works")
+    replay_buffer: bool = Field(False, description="include the replay buffer (large); without it a resumed run "
+                                "refills its warm-up")
 
 
 class ReduceConfig(StrictModel):

@@ -165,7 +165,7 @@ class Checkpointer:
         s = self.settings
         if not s:
             return None
-        algo.include_replay = s.replay
+        algo.include_replay = s.replay_buffer
         state = {"version": version, "algo": algo.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
                  **(extra or {})}
         try:

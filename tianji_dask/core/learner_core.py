@@ -133,8 +133,9 @@ class LearnerCore:
         return len(self.ledger.chunk_rows)
 
     def recent_episodes(self) -> list[list[float]]:
-        """The last window of training episodes, as [end time, return] (group mode pools them)."""
-        return self.ledger.episodes.tail(self.spec.stop.window)[:, :2].tolist()
+        """The last ``stop.mean_episodes`` training episodes, as [end time, return] (group mode
+        pools them)."""
+        return self.ledger.episodes.tail(self.spec.stop.mean_episodes)[:, :2].tolist()
 
     def learner_figures(self, now: float) -> dict:
         """Small and flat: what the dashboard and the Prometheus collector show of the learner."""

@@ -50,7 +50,7 @@ class Ledger:
         self.bytes = 0
         self.last_metrics: dict[str, float] = {}
         self.time = TimeSplit()  # where the learner's wall time goes besides updates (learn_s)
-        self._recent_returns: deque[float] = deque(maxlen=rules.window)
+        self._recent_returns: deque[float] = deque(maxlen=rules.mean_episodes)
         self.solved_online_at: float | None = None
         self.stop_reason: str | None = None
         self.t_end: float | None = None
@@ -87,7 +87,7 @@ class Ledger:
             self._recent_returns.extend(eps[:, 1].tolist())
             # the cheap arrival-order mean gates the exact rule (episodes sorted by end time), so
             # the run stops exactly when the reported time-to-solve exists
-            if (self.solved_online_at is None and self.rules.window_mean_solves(self._recent_returns)
+            if (self.solved_online_at is None and self.rules.running_mean_solves(self._recent_returns)
                     and self.rules.solved_at(self.episodes.all()) is not None):
                 self.solved_online_at = t_consumed
         return age_s

@@ -25,18 +25,19 @@ WHOLE_FIELDS = frozenset({
 })
 
 
-def time_to_solve(episodes: np.ndarray, target: float, window: int = 100) -> float | None:
+def time_to_solve(episodes: np.ndarray, target: float, mean_episodes: int = 100) -> float | None:
     """TianJi's rule: pool every training episode from every explorer, sort by end time, and
-    return the first end time at which the mean of the last ``window`` returns is ≥ ``target``
-    (None if never). ``episodes`` rows are (t_end, return, ...)."""
-    if len(episodes) < window:
+    return the first end time at which the mean of the last ``mean_episodes`` returns is ≥
+    ``target`` (None if never). ``episodes`` rows are (t_end, return, ...)."""
+    n = mean_episodes
+    if len(episodes) < n:
         return None
     order = np.argsort(episodes[:, 0], kind="stable")
     t_end, returns = episodes[order, 0], episodes[order, 1]
     csum = np.concatenate([[0.0], np.cumsum(returns)])
-    means = (csum[window:] - csum[:-window]) / window  # means[i] = mean of returns[i : i+window]
+    means = (csum[n:] - csum[:-n]) / n  # means[i] = mean of returns[i : i+n]
     hit = np.flatnonzero(means >= target)
-    return float(t_end[hit[0] + window - 1]) if hit.size else None
+    return float(t_end[hit[0] + n - 1]) if hit.size else None
 
 
 def _level(values: np.ndarray) -> dict:

@@ -17,7 +17,7 @@ class CheckpointSettings:
     every_seconds: float | None = None
     every_versions: int | None = None
     keep: int = 3
-    replay: bool = False
+    replay_buffer: bool = False  # keep the replay buffer in checkpoints (``checkpoint.replay_buffer``)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from tianji_dask.core.metrics import time_to_solve
 
 @dataclass(frozen=True)
 class StopRules:
-    """``target_return`` over a ``window`` of episodes is TianJi's solve rule (see
-    ``metrics.time_to_solve``); the budgets stop a run whether or not it solved."""
+    """``target_return`` reached by the mean of the last ``mean_episodes`` episodes is TianJi's
+    solve rule (see ``metrics.time_to_solve``); the budgets stop a run whether or not it solved."""
 
     target_return: float | None = None
-    window: int = 100
+    mean_episodes: int = 100
     on_solve: bool = True
     max_env_steps: int | None = None
     max_updates: int | None = None
@@ -25,7 +25,7 @@ class StopRules:
     @classmethod
     def of(cls, stop) -> "StopRules":
         """From a pipeline's ``StopConfig``."""
-        return cls(target_return=stop.target_return, window=stop.window, on_solve=stop.on_solve,
+        return cls(target_return=stop.target_return, mean_episodes=stop.mean_episodes, on_solve=stop.on_solve,
                    max_env_steps=stop.max_env_steps, max_updates=stop.max_updates, max_seconds=stop.max_seconds,
                    on_eval=stop.on == "eval")
 
@@ -53,13 +53,13 @@ class StopRules:
             return None
         if self.on_eval:
             return next((row["t"] for row in evals if row["mean"] >= self.target_return), None)
-        return time_to_solve(episodes, self.target_return, self.window)
+        return time_to_solve(episodes, self.target_return, self.mean_episodes)
 
     def eval_solves(self, mean: float) -> bool:
         return self.on_eval and self.target_return is not None and mean >= self.target_return
 
-    def window_mean_solves(self, returns) -> bool:
-        """Does a full window of ``returns`` reach the target? (The cheap check that gates the
-        exact rule, which sorts every episode by end time.)"""
-        return (not self.on_eval and self.target_return is not None and len(returns) == self.window
-                and sum(returns) / self.window >= self.target_return)
+    def running_mean_solves(self, returns) -> bool:
+        """Do the last ``mean_episodes`` ``returns``, all of them there, reach the target? (The
+        cheap check that gates the exact rule, which sorts every episode by end time.)"""
+        return (not self.on_eval and self.target_return is not None and len(returns) == self.mean_episodes
+                and sum(returns) / self.mean_episodes >= self.target_return)

@@ -40,21 +40,27 @@ def load_run(run_dir: str | Path) -> dict:
     return {"dir": d, "label": label, "results": results, "episodes": episodes, "chunks": chunks}
 
 
-def _running_mean(x: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last ``window`` values at each point (fewer at the start)."""
+def _mean_episodes(results: dict) -> int:
+    """The episodes of the solve rule's running mean the run was written with: ``stop.mean_episodes``,
+    or ``stop.window`` in results written before that name."""
+    stop = (results.get("pipeline_config") or {}).get("stop") or {}
+    return int(stop.get("mean_episodes", stop.get("window", 100)))
+
+
+def _running_mean(x: np.ndarray, n: int) -> np.ndarray:
+    """Mean of the last ``n`` values at each point (fewer at the start)."""
     c = np.concatenate([[0.0], np.cumsum(x)])
     i = np.arange(1, len(x) + 1)
-    lo = np.maximum(i - window, 0)
+    lo = np.maximum(i - n, 0)
     return (c[i] - c[lo]) / (i - lo)
 
 
 def _curve(results: dict, episodes: np.ndarray, chunks: np.ndarray) -> tuple[np.ndarray, ...]:
     """Each training episode in end-time order: (seconds since run start, env steps consumed by
-    then, from the chunk log, its return, the running mean of returns over the stop window)."""
+    then, from the chunk log, its return, the running mean of its last ``stop.mean_episodes`` returns)."""
     if not len(episodes):
         return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
     t0 = results["t_run_start"]
-    window = results.get("pipeline_config", {}).get("stop", {}).get("window", 100)
     order = np.argsort(episodes[:, 0], kind="stable")
     t_ep, returns = episodes[order, 0] - t0, episodes[order, 1]
     if len(chunks):
@@ -63,12 +69,12 @@ def _curve(results: dict, episodes: np.ndarray, chunks: np.ndarray) -> tuple[np.
         steps_at_ep = np.interp(t_ep, t_ch, steps)
     else:
         steps_at_ep = np.zeros_like(t_ep)
-    return t_ep, steps_at_ep, returns, _running_mean(returns, window)
+    return t_ep, steps_at_ep, returns, _running_mean(returns, _mean_episodes(results))
 
 
 def write_learning_curve(path: str | Path, results: dict, episodes: np.ndarray, chunks: np.ndarray) -> Path:
-    """One PNG of a run's training returns (each episode's, and their running mean over the stop
-    window) against env steps and against seconds since the run started, with the target when
+    """One PNG of a run's training returns (each episode's, and their running mean over
+    ``stop.mean_episodes``) against env steps and against seconds since the run started, with the target when
     there is one; written whole or not at all. Draws without pyplot, so it may run on a thread
     of its own."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -76,14 +82,14 @@ def write_learning_curve(path: str | Path, results: dict, episodes: np.ndarray, 
 
     path = Path(path)
     t_ep, steps, returns, mean = _curve(results, episodes, chunks)
-    window = results.get("pipeline_config", {}).get("stop", {}).get("window", 100)
+    n = _mean_episodes(results)
     target = results.get("target_return")
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, sharey=True)
     for ax, x, label in ((axes[0], steps, "env steps"), (axes[1], t_ep, "seconds since run start")):
         ax.plot(x, returns, ".", markersize=2, alpha=0.25, color="tab:blue", label="episode return")
-        ax.plot(x, mean, color="tab:blue", linewidth=1.5, label=f"mean of the last {window} episodes")
+        ax.plot(x, mean, color="tab:blue", linewidth=1.5, label=f"mean of the last {n} episodes")
         if target is not None:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
         ax.set_xlabel(label)

@@ -15,7 +15,7 @@ def pool_status(statuses: list[dict], rules: StopRules, stop_reason: str | None)
     """One status over all groups; each group's own under "groups"."""
     if len(statuses) == 1:
         return statuses[0]
-    recent = sorted(tuple(e) for s in statuses for e in s.get("recent_episodes", ()))[-rules.window:]
+    recent = sorted(tuple(e) for s in statuses for e in s.get("recent_episodes", ()))[-rules.mean_episodes:]
     returns = [r for _, r in recent]
 
     def total(key):
@@ -30,7 +30,7 @@ def pool_status(statuses: list[dict], rules: StopRules, stop_reason: str | None)
         "elapsed_s": max((s.get("elapsed_s") or 0) for s in statuses), "env_steps_per_s": total("env_steps_per_s"),
         "staleness_recent_mean": sum(known) / len(known) if known else None,
         "replay_staleness_recent_mean": sum(replayed) / len(replayed) if replayed else None,
-        "solved": rules.window_mean_solves(returns),
+        "solved": rules.running_mean_solves(returns),
         "stop_reason": stop_reason or next((s["stop_reason"] for s in statuses if s.get("stop_reason")), None),
         "chunks_lost": total("chunks_lost"), "chunks_dropped": total("chunks_dropped"),
         "chunks_in_flight": total("chunks_in_flight"), "window": total("window"),
@@ -80,7 +80,7 @@ def pool_results(finals: list[dict], rules: StopRules, stop_reason: str | None, 
         stop_reason=stop_reason or next((r["stop_reason"] for r in per if r["stop_reason"]), None),
         t_run_start=t0, wall_s=wall, env_steps=total("env_steps"), env_steps_trained=total("env_steps_trained"),
         updates=total("updates"), final_version=[r["final_version"] for r in per], episodes=len(episodes),
-        final_mean_return=float(episodes[-rules.window:, 1].mean()) if len(episodes) else None,
+        final_mean_return=float(episodes[-rules.mean_episodes:, 1].mean()) if len(episodes) else None,
         env_steps_per_s=total("env_steps") / wall, samples_per_s_consumed=total("samples_per_s_consumed"),
         chunks=len(chunks), chunks_per_s=len(chunks) / wall, bytes_per_s=total("bytes_per_s"),
         chunks_lost=total("chunks_lost"), lost=[x for r in per for x in r["lost"]][:100], chunks_dropped=dropped,

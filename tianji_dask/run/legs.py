@@ -24,6 +24,9 @@ RECORDS = ("results.json", "episodes.csv", "chunks.csv", "eval.csv", "replay.csv
            "learning_curve.png")
 #: read by the next leg as well, so copied rather than moved
 KEPT = ("pipeline.yaml",)
+#: the stop section's renamed fields, old key -> new (``config/renamed.py``'s ``RENAMED``, here
+#: without importing the config): a run folder written before the rename says ``window:``
+STOP_RENAMED = {"window": "mean_episodes"}
 
 
 class NothingToResume(PipelineError):
@@ -60,14 +63,17 @@ def previous_results(run_dir: str | os.PathLike) -> dict | None:
 def _stop_section(run_dir: Path, overrides: dict) -> tuple[dict, dict]:
     """(the stop section the last leg ran with, the one a resume with ``overrides`` would run
     with), read from ``pipeline.yaml`` without building the pipeline."""
+    def named(section: dict) -> dict:  # old names read as the new ones
+        return {STOP_RENAMED.get(key, key): value for key, value in section.items()}
+
     written = yaml.safe_load((run_dir / "pipeline.yaml").read_text()) or {}
-    before = dict(written.get("stop") or {})
+    before = named(dict(written.get("stop") or {}))
     after = dict(before)
     for key, value in overrides.items():
         if key == "stop" and isinstance(value, dict):
-            after.update(value)
+            after.update(named(value))
         elif key.startswith("stop."):
-            after[key.split(".", 1)[1]] = value
+            after.update(named({key.split(".", 1)[1]: value}))
     return before, after
 
 
@@ -82,7 +88,7 @@ def check(run_dir: str | os.PathLike, overrides: dict | None = None) -> None:
         return
     try:
         before, after = _stop_section(d, overrides or {})
-        rules = StopRules(target_return=after.get("target_return"), window=int(after.get("window", 100)),
+        rules = StopRules(target_return=after.get("target_return"), mean_episodes=int(after.get("mean_episodes", 100)),
                           on_solve=bool(after.get("on_solve", True)), max_env_steps=after.get("max_env_steps"),
                           max_updates=after.get("max_updates"), max_seconds=after.get("max_seconds"),
                           on_eval=after.get("on", "train") == "eval")
@@ -92,14 +98,14 @@ def check(run_dir: str | os.PathLike, overrides: dict | None = None) -> None:
     # the target still reached: the same judge, a target no higher than the one met
     target, old_target = rules.target_return, before.get("target_return")
     solved = bool(prev.get("solved")) and target is not None and old_target is not None and target <= old_target \
-        and rules.window == int(before.get("window", 100)) and rules.on_eval == (before.get("on", "train") == "eval")
+        and rules.mean_episodes == int(before.get("mean_episodes", 100)) and rules.on_eval == (before.get("on", "train") == "eval")
     reason = rules.reason(solved=solved, env_steps=env_steps, updates=updates, elapsed_s=trained_s)
     run = f"run {prev.get('run_id', '?')}"
     if reason == "solved":
         when = prev.get("time_to_solve_s")
         at = f" at {when:.2f} s of training" if isinstance(when, (int, float)) else ""
         raise NothingToResume(
-            f"resume: {run} has solved {prev.get('env_id', 'its env')} already ({rules.window}-episode mean >= "
+            f"resume: {run} has solved {prev.get('env_id', 'its env')} already ({rules.mean_episodes}-episode mean >= "
             f"{target:g}{at}); nothing was started or changed. To train on, raise the target: "
             f"--set stop.target_return=R, or --set stop.on_solve=false with a budget", solved=True)
     if reason == "max_env_steps":

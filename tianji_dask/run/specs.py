@@ -54,7 +54,7 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         rows_dir=str(group_dirs(out, "rows", p.groups)[group].resolve()),
         checkpoint=CheckpointSettings(
             dir=str(checkpoint_dirs(out, p.groups)[group].resolve()), every_seconds=ckpt.every_seconds,
-            every_versions=ckpt.every_versions, keep=ckpt.keep, replay=ckpt.replay,
+            every_versions=ckpt.every_versions, keep=ckpt.keep, replay_buffer=ckpt.replay_buffer,
         ) if ckpt.enabled else None,
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
         replay_log=p.mode != "single" and p.groups == 1,
