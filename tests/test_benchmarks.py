@@ -275,3 +275,37 @@ def test_the_variant_study_turns_the_order_resumes_and_counts_an_unsolved_run_sl
     assert "| anneal | `algo.config.anneal_lr_steps=1000` | 3/3 | 6.0 | 5.0–7.0 | – | 0.67 |" in table
     assert study.main(args[:-1] + [str(tmp_path / "s"), "--max-seconds", "60", "--seeds", "3"]) == 2
     assert "holds a study with other arguments" in capsys.readouterr().err and len(ran) == 6
+
+
+def test_no_import_cycle_among_the_benchmark_scripts():
+    """Each folder's scripts import their siblings by name (``from _report import ...``): that
+    graph has no cycle."""
+    import ast
+
+    cycles = []
+    for folder in (ROOT / "benchmarks", ROOT / "benchmarks" / "peers"):
+        names = {p.stem: p for p in folder.glob("*.py")}
+        graph = {}
+        for stem, path in names.items():
+            found = set()
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module.split(".")[0])
+            graph[stem] = sorted(found & set(names) - {stem})
+        state = {}
+
+        def visit(node, path):
+            state[node] = "open"
+            for nxt in graph[node]:
+                if state.get(nxt) == "open":
+                    cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+                elif nxt not in state:
+                    visit(nxt, path + [nxt])
+            state[node] = "done"
+
+        for stem in sorted(graph):
+            if stem not in state:
+                visit(stem, [stem])
+    assert not cycles, f"import cycles in benchmarks/: {cycles}"

@@ -52,6 +52,10 @@ def test_the_wheel_installed_elsewhere_trains_a_bundled_pipeline(tmp_path):
     bundled = sorted(p.stem for p in (ROOT / "pipelines").glob("*.yaml"))
     assert [line.split()[0] for line in listed.splitlines()[1:]] == bundled
 
+    # RL Zoo's hyperparameters are package data: --env/--algo reads them from the installed wheel
+    shown = _run([fresh / "bin" / "tianji-dask", "show", "--env", "Acrobot-v1", "--algo", "ppo"], cwd=elsewhere, env=env)
+    assert "using RL Zoo's hyperparameters for Acrobot-v1" in shown.stderr, shown.stderr
+
     _run([fresh / "bin" / "tianji-dask", "train", "cartpole_ppo", "--max-seconds", "60", "--out", "run", "--quiet"],
          cwd=elsewhere, env=env)
     results = json.loads((elsewhere / "run" / "results.json").read_text())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # the exception family: errors.py imports nothing, so these cost nothing to import
 from tianji_dask.errors import PipelineError, RunFailed, RunFault, TianjiError
+from tianji_dask.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 __all__ = ["AlgoConfig", "Algorithm", "Callback", "Evaluation", "Pipeline", "PipelineError", "Run", "RunFailed", "RunFault",
@@ -30,14 +31,7 @@ def install_dashboard() -> None:
     install()
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tianji_dask' has no attribute {name!r}")
+__getattr__ = lazy_attributes(globals(), _LAZY)
 
 
 def __dir__():

@@ -2,9 +2,10 @@
 bundled pipeline trains that env with that algorithm, translated to this project's fields.
 
 Source: rl-baselines3-zoo (https://github.com/DLR-RM/rl-baselines3-zoo), ``hyperparams/ppo.yml``,
-``hyperparams/sac.yml`` and ``hyperparams/dqn.yml`` as of rl_zoo3 2.9 (2026), copied below in the
-zoo's own (Stable-Baselines3) names; an entry's unset keys take SB3's defaults (``SB3_DEFAULTS``,
-from SB3 2.x's ``PPO``, ``SAC`` and ``DQN``), as they would in the zoo. Covered: the zoo's entries
+``hyperparams/sac.yml`` and ``hyperparams/dqn.yml`` as of rl_zoo3 2.9 (2026), copied into
+``zoo_hyperparams.yaml`` beside this module in the zoo's own (Stable-Baselines3) names; an
+entry's unset keys take SB3's defaults (``SB3_DEFAULTS``, from SB3 2.x's ``PPO``, ``SAC`` and
+``DQN``), as they would in the zoo. Covered: the zoo's entries
 for the classic-control, Box2D and MuJoCo envs gymnasium names (the zoo's MuJoCo entries are for
 ``-v4``; the ``-v5`` ids take the same entry, ``ZOO_ENTRY_OF``). The zoo has no IMPALA or MADDPG.
 
@@ -44,111 +45,18 @@ epsilon, SAC's ``target_entropy`` (``auto``, -dim(A), is ours too) and ``target_
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import yaml
 
 #: where each algorithm's entries come from, as the line that names the source says it
 SOURCE = "rl-baselines3-zoo hyperparams/{algo}.yml"
 
+_TABLE = yaml.safe_load((Path(__file__).with_name("zoo_hyperparams.yaml")).read_text())
 #: the defaults of SB3 2.x's algorithms (their constructors), under a zoo entry's own keys
-SB3_DEFAULTS: dict[str, dict] = {
-    "ppo": {"n_envs": 1, "learning_rate": 3e-4, "n_steps": 2048, "batch_size": 64, "n_epochs": 10, "gamma": 0.99,
-            "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5,
-            "normalize": False, "policy_kwargs": {"net_arch": [64, 64], "activation_fn": "tanh"}},
-    "sac": {"n_envs": 1, "learning_rate": 3e-4, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256,
-            "tau": 0.005, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "ent_coef": "auto", "normalize": False,
-            "policy_kwargs": {"net_arch": [256, 256]}},
-    "dqn": {"n_envs": 1, "learning_rate": 1e-4, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 32,
-            "tau": 1.0, "gamma": 0.99, "train_freq": 4, "gradient_steps": 1, "target_update_interval": 10_000,
-            "exploration_fraction": 0.1, "exploration_initial_eps": 1.0, "exploration_final_eps": 0.05,
-            "max_grad_norm": 10, "policy_kwargs": {"net_arch": [64, 64], "activation_fn": "relu"}},
-}
-
-_PPO_MUJOCO = {"normalize": True, "n_timesteps": 1e6}  # the zoo's &mujoco-defaults (ppo.yml)
-_PPO_MUJOCO_TUNED_NET = {"net_arch": [256, 256], "activation_fn": "relu"}  # log_std_init=-2, ortho_init=False: not translated
-_SAC_MUJOCO = {"n_timesteps": 1e6, "learning_starts": 10000}  # the zoo's &mujoco-defaults (sac.yml)
-
-#: the zoo's entries, per algorithm and env id, in its own keys (policy: 'MlpPolicy' left out)
-ZOO: dict[str, dict[str, dict]] = {
-    "ppo": {
-        "CartPole-v1": {"n_envs": 8, "n_timesteps": 1e5, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8,
-                        "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0, "learning_rate": "lin_0.001",
-                        "clip_range": "lin_0.2"},
-        "Acrobot-v1": {"normalize": True, "n_envs": 16, "n_timesteps": 1e6, "n_steps": 256, "gae_lambda": 0.94,
-                       "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.0},
-        "MountainCar-v0": {"normalize": True, "n_envs": 16, "n_timesteps": 1e6, "n_steps": 16, "gae_lambda": 0.98,
-                           "gamma": 0.99, "n_epochs": 4, "ent_coef": 0.0},
-        "MountainCarContinuous-v0": {"normalize": True, "n_envs": 1, "n_timesteps": 20000, "batch_size": 256,
-                                     "n_steps": 8, "gamma": 0.9999, "learning_rate": 7.77e-05, "ent_coef": 0.00429,
-                                     "clip_range": 0.1, "n_epochs": 10, "gae_lambda": 0.9, "max_grad_norm": 5,
-                                     "vf_coef": 0.19},  # use_sde, log_std_init=-3.29, ortho_init=False: not translated
-        "Pendulum-v1": {"n_envs": 4, "n_timesteps": 1e5, "n_steps": 1024, "gae_lambda": 0.95, "gamma": 0.9,
-                        "n_epochs": 10, "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2},  # use_sde: not translated
-        "LunarLander-v3": {"n_envs": 16, "n_timesteps": 1e6, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98,
-                           "gamma": 0.999, "n_epochs": 4, "ent_coef": 0.01},
-        "LunarLanderContinuous-v3": {"n_envs": 16, "n_timesteps": 1e6, "n_steps": 1024, "batch_size": 64,
-                                     "gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4, "ent_coef": 0.01},
-        "BipedalWalker-v3": {"normalize": True, "n_envs": 32, "n_timesteps": 5e6, "n_steps": 2048, "batch_size": 64,
-                             "gae_lambda": 0.95, "gamma": 0.999, "n_epochs": 10, "ent_coef": 0.0,
-                             "learning_rate": 3e-4, "clip_range": 0.18},
-        "Ant-v4": {**_PPO_MUJOCO},
-        "Swimmer-v4": {**_PPO_MUJOCO, "gamma": 0.9999, "n_envs": 4, "n_steps": 1024, "batch_size": 256,
-                       "learning_rate": 6e-4, "gae_lambda": 0.98},
-        "HalfCheetah-v4": {"normalize": True, "n_envs": 1, "n_timesteps": 1e6, "batch_size": 64, "n_steps": 512,
-                           "gamma": 0.98, "learning_rate": 2.0633e-05, "ent_coef": 0.000401762, "clip_range": 0.1,
-                           "n_epochs": 20, "gae_lambda": 0.92, "max_grad_norm": 0.8, "vf_coef": 0.58096,
-                           "policy_kwargs": _PPO_MUJOCO_TUNED_NET},
-        "Hopper-v4": {"normalize": True, "n_envs": 1, "n_timesteps": 1e6, "batch_size": 32, "n_steps": 512,
-                      "gamma": 0.999, "learning_rate": 9.80828e-05, "ent_coef": 0.00229519, "clip_range": 0.2,
-                      "n_epochs": 5, "gae_lambda": 0.99, "max_grad_norm": 0.7, "vf_coef": 0.835671,
-                      "policy_kwargs": _PPO_MUJOCO_TUNED_NET},
-        "Humanoid-v4": {"normalize": True, "n_envs": 1, "n_timesteps": 1e7, "batch_size": 256, "n_steps": 512,
-                        "gamma": 0.95, "learning_rate": 3.56987e-05, "ent_coef": 0.00238306, "clip_range": 0.3,
-                        "n_epochs": 5, "gae_lambda": 0.9, "max_grad_norm": 2, "vf_coef": 0.431892,
-                        "policy_kwargs": _PPO_MUJOCO_TUNED_NET},
-        "Walker2d-v4": {"normalize": True, "n_envs": 1, "n_timesteps": 1e6, "batch_size": 32, "n_steps": 512,
-                        "gamma": 0.99, "learning_rate": 5.05041e-05, "ent_coef": 0.000585045, "clip_range": 0.1,
-                        "n_epochs": 20, "gae_lambda": 0.95, "max_grad_norm": 1, "vf_coef": 0.871923},
-    },
-    "sac": {
-        "MountainCarContinuous-v0": {"n_timesteps": 50000, "learning_rate": 3e-4, "buffer_size": 50000,
-                                     "batch_size": 512, "ent_coef": 0.1, "train_freq": 32, "gradient_steps": 32,
-                                     "gamma": 0.9999, "tau": 0.01, "learning_starts": 0,
-                                     "policy_kwargs": {"net_arch": [64, 64]}},  # use_sde, log_std_init=-3.67: not translated
-        "Pendulum-v1": {"n_timesteps": 20000, "learning_rate": 1e-3},
-        "LunarLanderContinuous-v3": {"n_timesteps": 5e5, "batch_size": 256, "learning_rate": "lin_7.3e-4",
-                                     "buffer_size": 1_000_000, "ent_coef": "auto", "gamma": 0.99, "tau": 0.01,
-                                     "train_freq": 1, "gradient_steps": 1, "learning_starts": 10000,
-                                     "policy_kwargs": {"net_arch": [400, 300]}},
-        "BipedalWalker-v3": {"n_timesteps": 5e5, "learning_rate": 7.3e-4, "buffer_size": 300000, "batch_size": 256,
-                             "ent_coef": "auto", "gamma": 0.98, "tau": 0.02, "train_freq": 64, "gradient_steps": 64,
-                             "learning_starts": 10000,
-                             "policy_kwargs": {"net_arch": [400, 300]}},  # use_sde, log_std_init=-3: not translated
-        "HalfCheetah-v4": {**_SAC_MUJOCO},
-        "Ant-v4": {**_SAC_MUJOCO},
-        "Hopper-v4": {**_SAC_MUJOCO},
-        "Walker2d-v4": {**_SAC_MUJOCO},
-        "Humanoid-v4": {**_SAC_MUJOCO, "n_timesteps": 2e6},
-        "Swimmer-v4": {**_SAC_MUJOCO, "gamma": 0.999},
-    },
-    "dqn": {
-        "CartPole-v1": {"n_timesteps": 5e4, "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100000,
-                        "learning_starts": 1000, "gamma": 0.99, "target_update_interval": 10, "train_freq": 256,
-                        "gradient_steps": 128, "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
-                        "policy_kwargs": {"net_arch": [256, 256]}},
-        "MountainCar-v0": {"n_timesteps": 1.2e5, "learning_rate": 4e-3, "batch_size": 128, "buffer_size": 10000,
-                           "learning_starts": 1000, "gamma": 0.98, "target_update_interval": 600, "train_freq": 16,
-                           "gradient_steps": 8, "exploration_fraction": 0.2, "exploration_final_eps": 0.07,
-                           "policy_kwargs": {"net_arch": [256, 256]}},
-        "LunarLander-v3": {"n_timesteps": 1e5, "learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50000,
-                           "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250, "train_freq": 4,
-                           "gradient_steps": -1, "exploration_fraction": 0.12, "exploration_final_eps": 0.1,
-                           "policy_kwargs": {"net_arch": [256, 256]}},
-        "Acrobot-v1": {"n_timesteps": 1e5, "learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50000,
-                       "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250, "train_freq": 4,
-                       "gradient_steps": -1, "exploration_fraction": 0.12, "exploration_final_eps": 0.1,
-                       "policy_kwargs": {"net_arch": [256, 256]}},
-    },
-}
-
+SB3_DEFAULTS: dict[str, dict] = _TABLE["sb3_defaults"]
+#: per algorithm, per env id: the zoo's entry as published (its own keys)
+ZOO: dict[str, dict[str, dict]] = _TABLE["zoo"]
 #: ids the zoo has no entry of its own for that take another id's: gymnasium's MuJoCo -v5 envs
 #: (the same robots and rewards as -v4, with fixes), the zoo's -v4 entries
 ZOO_ENTRY_OF = {f"{robot}-v5": f"{robot}-v4" for robot in ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Swimmer", "Humanoid")}

@@ -55,19 +55,14 @@ def explore_tag(key: str) -> str:
     return key[len(EXPLORE_PREFIX):].rpartition("-")[0]
 
 
-def explore_run_prefix(run_id: str) -> str:
-    """The start of every explore task key of a run's learners, ``tianji-explore-<run_id>-``."""
-    return f"{EXPLORE_PREFIX}{run_id}-"
-
-
 def eval_key(tag: str, serial: int) -> str:
     """An evaluation task key, ``tianji-eval-<tag>-<serial>``."""
     return f"{EVAL_PREFIX}{tag}-{serial}"
 
 
-def eval_run_prefix(run_id: str) -> str:
-    """The start of every evaluation task key of a run's learners, ``tianji-eval-<run_id>-``."""
-    return f"{EVAL_PREFIX}{run_id}-"
+def run_task_prefixes(run_id: str) -> tuple[str, ...]:
+    """The starts of a run's explore and evaluation task keys, ``tianji-explore-<run_id>-`` and ``tianji-eval-<run_id>-``."""
+    return tuple(f"{prefix}{run_id}-" for prefix in (EXPLORE_PREFIX, EVAL_PREFIX))
 
 
 def learner_key(run_id: str, group: int | None = None, attempt: int = 0) -> str:

@@ -9,6 +9,8 @@ time and CPU went.
 """
 from __future__ import annotations
 
+from tianji_dask.lazy import lazy_attributes
+
 __all__ = ["Run", "checkpoint_dirs", "group_dirs", "train"]
 
 # loaded on first use: ``legs`` and ``quiet`` serve the CLI before it imports torch
@@ -16,11 +18,4 @@ _LAZY = {"Run": "tianji_dask.run.handle", "checkpoint_dirs": "tianji_dask.run.sp
          "group_dirs": "tianji_dask.run.specs", "train": "tianji_dask.run.one_call"}
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tianji_dask.run' has no attribute {name!r}")
+__getattr__ = lazy_attributes(globals(), _LAZY)

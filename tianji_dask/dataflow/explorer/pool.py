@@ -97,7 +97,7 @@ class EnvPool(WorkerPlugin):
         worker.metrics["tianji"] = _worker_metrics  # every run's pool on this worker, summed
         # what this run's explorer and evaluation tasks raise reaches the learner, which says it in
         # one line (and keeps the traceback in the run's folder): not Dask's log of it, here
-        self._quiet = dask_internals.quiet_task_errors((keys.explore_run_prefix(self.run_id), keys.eval_run_prefix(self.run_id)))
+        self._quiet = dask_internals.quiet_task_errors(keys.run_task_prefixes(self.run_id))
 
     def teardown(self, worker):
         if getattr(self, "_quiet", None) is not None:
