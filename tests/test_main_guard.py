@@ -67,6 +67,7 @@ def test_a_ctrl_c_while_the_workers_start_is_said_at_once_and_raised_once_they_h
     from tianji_dask.launch.forkserver import interrupts_held
 
     caplog.set_level("WARNING", logger="tianji_dask")
+    before = signal.getsignal(signal.SIGINT)
     reached = []
     with pytest.raises(KeyboardInterrupt):
         with interrupts_held("forkserver"):
@@ -76,12 +77,13 @@ def test_a_ctrl_c_while_the_workers_start_is_said_at_once_and_raised_once_they_h
     assert reached == ["the rest of the start"]
     lines = [r.getMessage() for r in caplog.records if r.name == "tianji_dask"]
     assert len(lines) == 1 and lines[0].startswith("Ctrl-C: the run stops as soon as"), lines
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 def test_without_a_ctrl_c_the_start_goes_on():
     from tianji_dask.launch.forkserver import interrupts_held
 
+    before = signal.getsignal(signal.SIGINT)
     with interrupts_held("forkserver"):
-        pass
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is not before  # held while the workers start
+    assert signal.getsignal(signal.SIGINT) is before
