@@ -142,3 +142,22 @@ def cli(capsys, *args) -> tuple[int, str, str]:
         code = exit_.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cycles(graph: dict[str, list[str] | set[str]]) -> list[str]:
+    """The import cycles of ``graph`` (a module -> the modules it imports), each as "a -> b -> a"."""
+    state, found = {}, []
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                found.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return found

@@ -282,30 +282,19 @@ def test_no_import_cycle_among_the_benchmark_scripts():
     graph has no cycle."""
     import ast
 
-    cycles = []
+    from helpers import cycles
+
+    found = []
     for folder in (ROOT / "benchmarks", ROOT / "benchmarks" / "peers"):
         names = {p.stem: p for p in folder.glob("*.py")}
         graph = {}
         for stem, path in names.items():
-            found = set()
+            imported = set()
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.Import):
-                    found |= {a.name.split(".")[0] for a in node.names}
+                    imported |= {a.name.split(".")[0] for a in node.names}
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    found.add(node.module.split(".")[0])
-            graph[stem] = sorted(found & set(names) - {stem})
-        state = {}
-
-        def visit(node, path):
-            state[node] = "open"
-            for nxt in graph[node]:
-                if state.get(nxt) == "open":
-                    cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
-                elif nxt not in state:
-                    visit(nxt, path + [nxt])
-            state[node] = "done"
-
-        for stem in sorted(graph):
-            if stem not in state:
-                visit(stem, [stem])
-    assert not cycles, f"import cycles in benchmarks/: {cycles}"
+                    imported.add(node.module.split(".")[0])
+            graph[stem] = sorted(imported & set(names) - {stem})
+        found += cycles(graph)
+    assert not found, f"import cycles in benchmarks/: {found}"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import cycles
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tianji_dask"
 MAX_LINES = 400
@@ -71,21 +73,8 @@ def test_no_import_cycle():
     # a package's __init__ re-exporting its own modules is no cycle: importing a module runs it first anyway
     for name in graph:
         graph[name] = {m for m in graph[name] if not (name.startswith(m + ".") and MODULES[m].name == "__init__.py")}
-    state, cycles = {}, []
-
-    def visit(node, path):
-        state[node] = "open"
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == "open":
-                cycles.append(path[path.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, path + [nxt])
-        state[node] = "done"
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+    found = cycles(graph)
+    assert not found, "import cycles: " + "; ".join(found)
 
 
 def test_no_module_takes_another_modules_private_names():
