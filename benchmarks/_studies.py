@@ -17,21 +17,12 @@ import time
 from pathlib import Path
 
 
-@contextlib.contextmanager
 def shared_cluster(workers: int):
     """A Dask client of an embedded LocalCluster of ``workers`` explorer workers (and the learner's),
     closed on leaving."""
-    from distributed import Client
+    from tianji_dask.launch.cluster import local_client
 
-    from tianji_dask.launch.cluster import local_cluster
-
-    cluster = local_cluster(workers, dashboard_address=None)
-    client = Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+    return local_client(workers)
 
 
 def run_summary(client, pipeline: str, overrides: dict, tmp: Path) -> dict:

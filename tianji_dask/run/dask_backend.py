@@ -126,7 +126,8 @@ class DaskBackend(Backend):
         """Drive a run whose driver died: connect to its scheduler, become its one driver and
         take up what the last driver published; PipelineError in one line when the scheduler is
         unreachable, holds no such run, or another driver drives it."""
-        from tianji_dask.launch.cluster import Opened, connect, make_security
+        from tianji_dask.launch.cluster import Opened, make_security
+        from tianji_dask.launch.connect import connect
         from tianji_dask.run import attach
 
         plan, cluster = self.plan, self.plan.pipeline.cluster
