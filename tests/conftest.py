@@ -11,20 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@contextlib.contextmanager
 def _cluster_client():
     """A real LocalCluster with one LEARNER and two EXPLORER worker processes, and its client."""
-    from distributed import Client
+    from tianji_dask.launch.cluster import local_client
 
-    from tianji_dask.launch.cluster import local_cluster
-
-    cluster = local_cluster(explorer_workers=2, dashboard_address=None)
-    client = Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+    return local_client(explorer_workers=2)
 
 
 @pytest.fixture(scope="session")
@@ -159,10 +150,32 @@ def _start_in_turn(names: list[str]) -> None:
             pass
 
 
+#: started as collection starts, in a session that collects whole folders (the fast tier, the full
+#: suite): collection imports on one core for seconds, and this process and the forkserver the
+#: session's clusters fork from import on the other. A narrower session starts them as it needs them.
+AT_COLLECTION = ("cli_training_run",)
+
+
+def _collects_whole_folders(config) -> bool:
+    return not config.option.keyword and all(Path(str(arg).split("::")[0]).is_dir() for arg in config.args)
+
+
+def pytest_collection(session):
+    if _collects_whole_folders(session.config):
+        from tianji_dask.launch import forkserver
+
+        forkserver.start()  # returns at once: it imports torch and gymnasium in the background
+        for name in AT_COLLECTION:
+            started(name)
+
+
 def pytest_collection_finish(session):
     order = []  # the registered fixtures the selected tests use, in the order the tests use them
     for item in session.items:
         order += [name for name in getattr(item, "fixturenames", ()) if name in _EARLY and name not in order]
+    with _LOCK:  # started as collection started, for tests that -m then left out
+        for name in [name for name in _STARTED if name not in order]:
+            _STARTED.pop(name).close()
     if order:
         threading.Thread(target=_start_in_turn, args=(order,), name="tianji-tests-early", daemon=True).start()
 

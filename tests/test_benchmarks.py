@@ -140,14 +140,14 @@ def test_transfer_measures_dask_its_comm_the_direct_path_and_raw_tcp_side_by_sid
 def test_scaling_runs_each_explorer_count_and_reports_the_machines_cpu(tmp_path):
     out = tmp_path / "scaling"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "explorer_scaling.py"), "--pipeline", "cartpole_dqn",
-           "--explorers", "1", "2", "--seconds", "6", "--set", "controller.replay_ratio=null", "--out", str(out)]
+           "--explorers", "1", "2", "--seconds", "4", "--set", "controller.replay_ratio=null", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.with_suffix(".json").read_text())
     assert [r["explorers"] for r in doc["runs"]] == [1, 2]
     for r in doc["runs"]:
         assert r["error"] is None and r["env_steps"] > 0 and r["env_steps_per_s"] > 0
-        assert 0 < r["machine_cpu_busy"] <= 1  # sampled over the run's second half
+        assert 0 < r["machine_cpu_busy"] <= 1  # a sample a second over the run's second half (2 s)
     assert set(doc["median_env_steps_per_s"]) == {"1", "2"}
     one, two = (r["env_steps_per_s"] for r in doc["runs"])
     assert doc["scaling_per_repeat"] == {"1": 1.0, "2": pytest.approx(two / one)}

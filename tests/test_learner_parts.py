@@ -286,7 +286,8 @@ def test_fusion_installs_the_mean_of_one_model_per_group(barrier):
 def test_chunks_pinned_to_a_worker_that_left_come_back_cancelled_and_the_stream_moves():
     with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, resources={"EXPLORER": 1},
                       dashboard_address=None) as cl, Client(cl) as client:
-        _pool(client, "s5", "sleepy_env:SleepyCartPole-v0", explorer_kwargs={0: {"sleep_s": 0.1}, 1: {"sleep_s": 0.1}})
+        # stream 1's chunks take 0.8 s each, so that its worker closes under them; stream 0's are quick
+        _pool(client, "s5", "sleepy_env:SleepyCartPole-v0", explorer_kwargs={1: {"sleep_s": 0.1}})
         stream = _stream(client, "s5")
         stream.submit(stream.choose(4), 0, MAKE_PPO().get_weights(), {}, version=0)
         gone = stream.homes_by_stream()[1]
@@ -307,7 +308,7 @@ def test_a_stream_leaves_a_worker_as_soon_as_the_controller_says_workers_moved()
         client.register_plugin(ctl)
         epoch = lambda: client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins["tianji"].workers_epoch)  # noqa: E731
         before = epoch()
-        _pool(client, "s6", "sleepy_env:SleepyCartPole-v0", explorer_kwargs={0: {"sleep_s": 0.05}, 1: {"sleep_s": 0.05}})
+        _pool(client, "s6")  # no chunk is out while the worker closes: CartPole's own speed will do
         stream = _stream(client, "s6")
         stream.workers_moved(before)
         gone = stream.homes_by_stream()[1]

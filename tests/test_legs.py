@@ -118,7 +118,9 @@ def test_a_run_folder_written_before_the_renames_still_resumes(budget_run):
     assert run.pipeline.stop.mean_episodes == 100 and run.pipeline.stop.target_return == 30.0 and all(run.resume_from)
 
 
-def test_a_resume_that_trains_keeps_the_first_leg_whole_and_replayable(budget_run):
+def test_a_resume_that_trains_keeps_the_first_leg_whole_and_replayable(budget_run, capsys):
+    from tianji_dask.cli import main
+
     before = digests(budget_run)
     first = json.loads((budget_run / "results.json").read_text())
     proc = subprocess.run([sys.executable, "-m", "tianji_dask", "resume", str(budget_run), "-n", "12288", "--quiet"],
@@ -135,12 +137,14 @@ def test_a_resume_that_trains_keeps_the_first_leg_whole_and_replayable(budget_ru
     assert results["env_steps"] >= 12288 > first["env_steps"]
     first_process_s = first["t_run_start"] + first["wall_s"] - first["t_process_start"]
     assert results["process_s"] > first_process_s and results["process_s"] >= results["wall_s"]  # both legs' in all
-    replay = subprocess.run([sys.executable, "-m", "tianji_dask", "replay", str(budget_run)], capture_output=True,
-                            text=True, cwd=ROOT, timeout=600)
-    assert replay.returncode == 2 and f"tianji-dask replay {leg}" in replay.stderr, replay.stderr
-    replay = subprocess.run([sys.executable, "-m", "tianji_dask", "replay", str(leg)], capture_output=True, text=True,
-                            cwd=ROOT, timeout=600)
-    assert replay.returncode == 0 and "the same as the run recorded" in replay.stdout, replay.stdout + replay.stderr
+    # the replays in this process, as test_exact_replay runs them: the program's own main
+    capsys.readouterr()
+    assert main(["replay", str(budget_run)]) == 2
+    err = capsys.readouterr().err
+    assert f"tianji-dask replay {leg}" in err, err
+    assert main(["replay", str(leg)]) == 0
+    printed = capsys.readouterr()
+    assert "the same as the run recorded" in printed.out, printed.out + printed.err
 
 
 def test_a_resumed_solve_is_never_earlier_from_process_start_than_from_run_start():

@@ -9,9 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 #: what each notebook must print: evidence that it did its job, not only that it ran
@@ -36,6 +34,9 @@ EXPECT = {
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
+    import nbformat  # here, not at the top: a second of Jupyter's imports the fast tier has no use for
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks with outputs cleared"
     monkeypatch.setenv("TIANJI_NOTEBOOK_SECONDS", "10")

@@ -63,9 +63,10 @@ def test_explorer_kwargs_set_a_streams_cost_and_never_reach_gymnasium():
 
 
 def test_sixteen_streams_run_at_once_on_two_worker_processes(tmp_path):
+    # 1,000 env steps: every stream's first chunk at once, then about one more each
     run = Run("cartpole_impala", out=tmp_path / "sixteen", overrides={
         "explorers": 16, "env.num_envs": 2, "chunk_steps": 16, "env.step_cost_ms": 10, "stop.target_return": None,
-        "stop.max_env_steps": 2_000, "cluster.explorer_workers": 2, "cluster.dashboard_address": None})
+        "stop.max_env_steps": 1_000, "cluster.explorer_workers": 2, "cluster.dashboard_address": None})
     results = run.start().wait()
     assert results["error"] is None and results["simulated"]["step_cost_ms"] == 10 and results["controller"]["simulated"]
     assert len(results["controller"]["per_explorer_env_steps"]) == 16

@@ -199,9 +199,10 @@ def test_sweep_writes_every_trial_and_a_best_pipeline_that_trains_and_resumes(tm
 @pytest.mark.slow
 def test_population_based_training_copies_the_better_member_and_records_it(tmp_path):
     out = tmp_path / "pbt"
-    # a learning rate of 1e-6 barely learns in 5 s, one of 3e-3 solves: the first exploit copies the latter
+    # a learning rate of 1e-6 barely learns in 5 s, one of 3e-3 solves: the first exploit (at 5 s)
+    # copies the latter; a 10 s budget leaves a second look (at 10 s) and the copy seconds to train
     proc = _cli("sweep", "cartpole_ppo", "--pbt", "--concurrent", "2", "--param", "algo.config.lr=choice:1e-6,3e-3",
-                "--max-seconds", "16", "--pbt-interval", "5", "--set", "stop.target_return=null", "--seed", "4",
+                "--max-seconds", "10", "--pbt-interval", "5", "--set", "stop.target_return=null", "--seed", "4",
                 "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "sweep.json").read_text())
