@@ -1,4 +1,3 @@
-import contextlib
 import shutil
 import sys
 import threading
