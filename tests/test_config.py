@@ -244,14 +244,10 @@ def test_every_renamed_field_is_a_field_by_its_new_name_only():
     from tianji_dask.config.pipeline import Pipeline
     from tianji_dask.config.renamed import RENAMED
     from tianji_dask.config.validation import _paths
-    from tianji_dask.run.legs import STOP_RENAMED
 
     paths = set(_paths(Pipeline))
     assert all(new in paths and old not in paths for old, new in RENAMED.items())
     assert all(old.rpartition(".")[0] == new.rpartition(".")[0] for old, new in RENAMED.items())  # same section
-    # legs reads a run folder's stop section without importing the config: the same table
-    assert {f"stop.{old}": f"stop.{new}" for old, new in STOP_RENAMED.items()} == {
-        old: new for old, new in RENAMED.items() if old.startswith("stop.")}
 
 
 def test_an_old_name_in_yaml_is_read_as_the_new_one_and_says_one_line_once(tmp_path, said):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from tianji_dask.config.renamed import renamed, renamed_overrides
 from tianji_dask.errors import PipelineError
 
 LEGS_DIR = "legs"
@@ -24,11 +25,6 @@ RECORDS = ("results.json", "episodes.csv", "chunks.csv", "eval.csv", "replay.csv
            "learning_curve.png")
 #: read by the next leg as well, so copied rather than moved
 KEPT = ("pipeline.yaml",)
-#: the stop section's renamed fields, old key -> new (``config/renamed.py``'s ``RENAMED``, here
-#: without importing the config): a run folder written before the rename says ``window:``
-STOP_RENAMED = {"window": "mean_episodes"}
-
-
 class NothingToResume(PipelineError):
     """A resume the run's stop rules, with the overrides applied, would end before it trained:
     nothing was started or changed. ``solved``: the rule is the run's target, reached (the CLI
@@ -37,9 +33,6 @@ class NothingToResume(PipelineError):
     def __init__(self, line: str, solved: bool = False):
         super().__init__(line)
         self.solved = solved
-
-    def __reduce__(self):
-        return type(self), (str(self), self.solved)
 
 
 def leg_dirs(run_dir: str | os.PathLike) -> list[Path]:
@@ -63,17 +56,14 @@ def previous_results(run_dir: str | os.PathLike) -> dict | None:
 def _stop_section(run_dir: Path, overrides: dict) -> tuple[dict, dict]:
     """(the stop section the last leg ran with, the one a resume with ``overrides`` would run
     with), read from ``pipeline.yaml`` without building the pipeline."""
-    def named(section: dict) -> dict:  # old names read as the new ones
-        return {STOP_RENAMED.get(key, key): value for key, value in section.items()}
-
-    written = yaml.safe_load((run_dir / "pipeline.yaml").read_text()) or {}
-    before = named(dict(written.get("stop") or {}))
+    written = renamed(yaml.safe_load((run_dir / "pipeline.yaml").read_text()) or {})  # a folder from before a rename
+    before = dict(written.get("stop") or {})
     after = dict(before)
-    for key, value in overrides.items():
+    for key, value in renamed_overrides(overrides).items():
         if key == "stop" and isinstance(value, dict):
-            after.update(named(value))
+            after.update(value)
         elif key.startswith("stop."):
-            after.update(named({key.split(".", 1)[1]: value}))
+            after[key.split(".", 1)[1]] = value
     return before, after
 
 
