@@ -43,10 +43,10 @@ def write_report(out: str, script: str, argv, args, rows: list[dict], title: str
     """OUT.json: the arguments, the core count and every run; OUT.md: the command that made it,
     ``about`` (what the medians are over) and the table ``text``."""
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_suffix(".json").write_text(json.dumps({"args": vars(args), "cores": os.cpu_count(), "runs": rows}, indent=2))
+    write_atomically(path.with_suffix(".json"), json.dumps({"args": vars(args), "cores": os.cpu_count(), "runs": rows},
+                                                           indent=2))
     cmd = f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
-    path.with_suffix(".md").write_text(f"# {title}\n\nMade by `{cmd}` on {os.cpu_count()} cores; {about}.\n\n{text}\n")
+    write_atomically(path.with_suffix(".md"), f"# {title}\n\nMade by `{cmd}` on {os.cpu_count()} cores; {about}.\n\n{text}\n")
 
 
 def publish(text: str, out: str | None, script: str, argv, args, runs: list[dict], title: str, about: str) -> None:
@@ -101,9 +101,9 @@ def measured(script: str, argv) -> dict:
 
 
 def write_outputs(out: str, doc: dict, markdown: str) -> None:
-    """OUT.json (``doc``) and OUT.md (``markdown``), and a line saying so."""
-    Path(f"{out}.json").write_text(json.dumps(doc, indent=1))
-    Path(f"{out}.md").write_text(markdown + "\n")
+    """OUT.json (``doc``) and OUT.md (``markdown``), each whole or not at all, and a line saying so."""
+    write_atomically(Path(f"{out}.json"), json.dumps(doc, indent=1))
+    write_atomically(Path(f"{out}.md"), markdown + "\n")
     print(f"wrote {out}.json and {out}.md")
 
 
