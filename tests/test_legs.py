@@ -24,7 +24,7 @@ RESUME_STARTING_NOTHING = """
 import sys
 from tianji_dask.launch import forkserver
 
-def start(verbose=False):
+def start():
     raise AssertionError("the workers' forkserver was started")
 
 forkserver.start = start

@@ -29,7 +29,7 @@ AT_FORKSERVER_START = """
 import sys
 from tianji_dask.launch import forkserver
 
-def start(verbose=False):
+def start():
     print("at start:", sorted(m for m in {heavy!r} if m in sys.modules), flush=True)
     raise SystemExit(0)
 

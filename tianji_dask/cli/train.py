@@ -27,7 +27,8 @@ def start_workers_early(settings: dict, verbose: bool = False) -> float:
     if settings.get("mode") != "single" and settings.get("cluster.kind", "local") == "local":
         from tianji_dask.launch import forkserver  # nothing heavy: tianji_dask.run would import torch
 
-        forkserver.start(verbose)
+        forkserver.quiet_resource_tracker(verbose)  # the tracker starts with the forkserver
+        forkserver.start()
     return t_ready
 
 

@@ -69,14 +69,13 @@ def available() -> bool:
     return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(SWITCH, "1") != "0"
 
 
-def start(verbose: bool = False) -> bool:
+def start() -> bool:
     """Start the forkserver with ``PRELOAD`` unless one runs already, and return at once: it
     imports in the background, and the first worker to fork waits for it. False with
     ``TIANJI_FORK_WORKERS=0`` and where there is no forkserver (Windows): workers are spawned.
-    The resource tracker it starts keeps its warning quiet unless ``verbose``."""
+    The resource tracker starts with it: ``quiet_resource_tracker`` first, where it should be quiet."""
     if not available():
         return False
-    quiet_resource_tracker(verbose)
     from multiprocessing import forkserver
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)

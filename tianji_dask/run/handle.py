@@ -7,17 +7,17 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tianji_dask.callbacks.entries import check_objects
 from tianji_dask.config import PipelineError, load_pipeline, resolve_pipeline_path
 from tianji_dask.config.from_env import target_note
 from tianji_dask.core.stop import StopRules
-from tianji_dask.errors import RunFault
 from tianji_dask.dataflow.controller import settings as controller_settings
+from tianji_dask.errors import RunFault
 from tianji_dask.launch import forkserver, main_guard
 from tianji_dask.run import legs, picture, provenance, quiet, results_writer, run_folder, specs
 from tianji_dask.run.backend import Backend, RunPlan, SingleBackend
