@@ -12,7 +12,10 @@ from helpers import cycles
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tianji_dask"
-MAX_LINES = 400
+#: a file of one job may run to this many lines; past 400 is a signal for review, not a reason to
+#: cut a class in two
+MAX_LINES = 500
+MAX_BENCHMARK_LINES = 400  # scripts, each one measurement
 MAX_ROOT_MODULES = 8
 
 
@@ -61,6 +64,9 @@ def _edges(name: str) -> set[str]:
 def test_no_file_is_longer_than_one_sitting():
     long = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"files over {MAX_LINES} lines (split them by role): {long}"
+    scripts = [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "benchmarks").glob("*/*.py")]
+    long = {str(p.relative_to(ROOT)): n for p in scripts if (n := len(p.read_text().splitlines())) > MAX_BENCHMARK_LINES}
+    assert not long, f"benchmark files over {MAX_BENCHMARK_LINES} lines: {long}"
 
 
 def test_the_package_root_holds_few_modules():

@@ -1,11 +1,31 @@
 """The optimizer every algorithm uses, and its one gradient step: gradients cleared, computed,
-clipped, applied (no Dask)."""
+averaged across learner replicas where there are several, clipped, applied (no Dask)."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+
+
+#: called with an optimizer's parameters once their gradients are computed, before clipping:
+#: learner replicas average the gradients there (core/replicas.py); None: nothing. A process holds
+#: one learner, so one hook serves every optimizer in it, those an algorithm makes late included.
+_grad_hook = None
+
+
+_steps_taken = 0  # gradient steps taken in this process (``steps_taken``)
+
+
+def steps_taken() -> int:
+    """Gradient steps ``Adam.minimize`` has taken in this process."""
+    return _steps_taken
+
+
+def set_grad_hook(hook) -> None:
+    """Have every ``Adam.minimize`` in this process call ``hook(params)`` (None: nothing)."""
+    global _grad_hook
+    _grad_hook = hook
 
 
 class Adam:
@@ -40,8 +60,12 @@ class Adam:
     def minimize(self, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
         """One gradient step on ``loss``: gradients cleared and computed, their global norm
         clipped to ``max_grad_norm`` (None: not clipped), the step applied."""
+        global _steps_taken
+        _steps_taken += 1
         self.zero_grad()
         loss.backward()
+        if _grad_hook is not None:
+            _grad_hook(self.params)
         if max_grad_norm is not None:
             clip_grad_norm(self.params, max_grad_norm)
         self.step()

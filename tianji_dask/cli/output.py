@@ -50,15 +50,17 @@ STOP_WORDS = {
     "learner_lost": "stopped: the learner's worker was lost",
     "worker_closed": "stopped: the learner's worker closed",
     "driver_error": "stopped by an error in the driver",
+    "replicas": "stopped: the learner replicas could not go on together",
 }
 
 
 def stop_words(reason: str | None, stopped_by: str = "Ctrl-C") -> str:
     """A ``stop_reason`` in words; ``stopped`` (asked to stop) is said as ``stopped by STOPPED_BY``
-    (Ctrl-C, SIGTERM); a group's reason (``group G: REASON``) keeps its group."""
+    (Ctrl-C, SIGTERM); a group's or a replica's reason (``group G: REASON``, ``replica R: REASON``)
+    keeps its group or replica."""
     if reason is None:
         return "stopped"
-    if reason.startswith("group ") and ": " in reason:
+    if reason.startswith(("group ", "replica ")) and ": " in reason:
         group, _, rest = reason.partition(": ")
         return f"{group}: {stop_words(rest, stopped_by)}"
     if reason == "stopped":

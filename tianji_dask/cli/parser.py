@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                        action=_Override, fields=["explorers"])
     train.add_argument("--groups", metavar="G", type=_number("--groups", int, what="a whole number"),
                        help="learner groups, each with its own explorers; their models are averaged", action=_Override, fields=["groups"])
+    train.add_argument("--learner-replicas", metavar="N", type=_number("--learner-replicas", int, what="a whole number"),
+                       help="data-parallel learner replicas training one policy, their gradients averaged (learner.replicas)",
+                       action=_Override, fields=["learner.replicas"])
     seeds = train.add_mutually_exclusive_group()
     seeds.add_argument("--seed", metavar="S", type=_number("--seed", int, what="a whole number"), help="the run's seed",
                        action=_Override, fields=["seed"])

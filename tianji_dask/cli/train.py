@@ -47,10 +47,15 @@ def new_run(pipeline, settings: dict, args, *, out, imported_at: float):
     p = run.pipeline
     explorers = f"{p.explorers} explorer{'s' if p.explorers > 1 else ''}"
     groups = f"{p.groups} groups of {explorers}" if p.groups > 1 else explorers
+    if p.learner.replicas > 1:
+        groups += f", {p.learner.replicas} learner replicas"
     print(f"tianji-dask: training {p.name} ({p.env.id}, {p.algo.label}, {p.mode}, {groups})", flush=True)
     if p.simulated():
         print(f"tianji-dask: simulated: each env step also costs {p.step_cost_for(0).describe()} "
               f"(env.step_cost_ms; dynamics and learning are real)", flush=True)
+    if p.learner.simulated_step_ms:
+        print(f"tianji-dask: simulated: each gradient step also costs {p.learner.simulated_step_ms:g} ms of sleep "
+              "(learner.simulated_step_ms; the updates are real)", flush=True)
     return run
 
 

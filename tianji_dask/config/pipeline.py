@@ -95,6 +95,26 @@ class Pipeline(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _replicas(self):
+        n = self.learner.replicas
+        if n == 1:
+            return self
+        why = None
+        if self.mode == "single":
+            why = "single mode runs one learner in one process; use mode relaxed or lockstep"
+        elif self.groups > 1:
+            why = "not with groups > 1 (each group's learner would need replicas of its own); allowed: groups 1"
+        elif self.explorers < n:
+            why = f"each replica needs explorer streams of its own: explorers {self.explorers} < replicas {n}"
+        elif self.eval is not None:
+            why = "not with eval yet (evaluation runs beside one learner); allowed: no eval section"
+        elif self.cluster.learner_lifetime is not None:
+            why = "not with cluster.learner_lifetime yet (a handoff moves one learner); allowed: no learner_lifetime"
+        if why is not None:
+            raise PipelineError(f"learner.replicas: {n}: {why}")
+        return self
+
+    @model_validator(mode="after")
     def _explorer_kwargs(self):
         from tianji_dask.envs.simulate import KEYS
 
@@ -134,7 +154,17 @@ class Pipeline(StrictModel):
                                if (c.ms, c.jitter) != (self.env.step_cost_ms, self.env.step_cost_jitter)},
                 "about": "env dynamics, rewards and learning are real; each env step also sleeps its simulated cost"}
 
+    @property
+    def learner_actors(self) -> int:
+        """Learner actors the run builds: one per group, or one per replica (never both)."""
+        return self.groups * self.learner.replicas
+
     def group_streams(self, group: int) -> list[int]:
+        """The explorer streams learner ``group`` feeds on: a group's own ``explorers`` streams, or a
+        replica's share of the ``explorers`` (every ``replicas``-th, from its index)."""
+        replicas = self.learner.replicas
+        if replicas > 1:
+            return list(range(group, self.explorers, replicas))
         return list(range(group * self.explorers, (group + 1) * self.explorers))
 
     @property

@@ -229,6 +229,14 @@ class LearnerConfig(StrictModel):
     drop_on_refresh: bool = Field(
         False, description="drop a chunk whose explorer would have received newer weights before it finished (TianJi's refresh)")
     threads: int = Field(1, ge=1, le=256, description="torch intra-op threads in the learner")
+    replicas: int = Field(1, ge=1, le=256, description="data-parallel learner replicas training one policy: each on a "
+                          "LEARNER worker of its own, fed by its share of the explorer streams; every gradient step "
+                          "is averaged across them (torch.distributed: gloo on CPU, NCCL on CUDA)")
+    replica_timeout_s: float = Field(120.0, gt=0, description="the longest a replica waits for the others in a "
+                                     "collective before the run stops naming the ones that did not answer")
+    simulated_step_ms: float = Field(0.0, ge=0, le=60_000, description="simulated extra wall time per gradient step, "
+                                     "spent sleeping (as env.step_cost_ms for explorers): how learner replicas scale "
+                                     "past this machine's cores, measured with real all-reduces and real data")
     inline_weights_max_kib: float | None = Field(
         64.0, ge=0, description="policy weights of at most this many KiB travel inside each explorer task instead of "
         "as a scattered key the explorers fetch from the learner (fewer messages per version; no wait for on-policy "

@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from tianji_dask.algos import optim
 from tianji_dask.core import checkpoint, summary
 from tianji_dask.core.compile import BackgroundCompile, resolve
 from tianji_dask.core.consumption import Consumption
@@ -18,6 +19,7 @@ from tianji_dask.core.env_errors import EnvErrors
 from tianji_dask.core.guard import NumericFault, check_metrics, check_weights
 from tianji_dask.core.ledger import Ledger
 from tianji_dask.core.exact_replay_log import ExactReplayLog, weights_digest
+from tianji_dask.core.replicas import ReplicaError, Replicas
 from tianji_dask.core.spec import CoreSpec
 from tianji_dask.core.torch_setup import learner_device, prepare_torch
 from tianji_dask.errors import raised_in
@@ -56,6 +58,11 @@ class LearnerCore:
             self.version = self.checkpointer.last_version = int(self.restored["version"])
         elif spec.keep_t_run_start is not None:  # rebuilt from the start: the time lost still counts
             self.ledger.t_run_start = spec.keep_t_run_start
+        #: the replicas this learner trains one policy with (None: it trains alone); joined here, so
+        #: every replica starts from rank 0's networks
+        self.replicas = None if spec.replica is None else Replicas(spec.replica, self.algo.device)
+        if self.replicas is not None:
+            self.replicas.attach(self.algo)
         self.replay_log = None
         if spec.replay_log:
             self.replay_log = ExactReplayLog(self.algo.exploration(0, 0), spec.rows_dir)
@@ -225,12 +232,17 @@ class LearnerCore:
         t0 = time.perf_counter()
         if self.compiler is not None:
             self.compiler.before_update()
+        steps0 = optim.steps_taken()
         metrics = self.algo.learn()
+        if self.spec.simulated_step_s:  # the compute a bigger learner host would spend on these steps
+            time.sleep(self.spec.simulated_step_s * (optim.steps_taken() - steps0))
         if self.compiler is not None and self.compiler.after_update(self.version + 1) and self.replay_log is not None:
             self.replay_log.not_replayable("the learner's losses were compiled (learner.compile)")
         check_metrics(metrics, self.version)
         self.ledger.record_update(metrics, time.perf_counter() - t0, self.version)  # replay staleness at this version
         self.version += 1
+        if self.replicas is not None:
+            self.replicas.updated(self.algo, self.version)
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
         if self.checkpointer.due(self.version):
@@ -273,6 +285,9 @@ class LearnerCore:
         except checkpoint.CheckpointWriteError as err:
             self.error = str(err)
             self.request_stop("disk")
+        except ReplicaError as err:
+            self.error = str(err)
+            self.request_stop("replicas")
         except BaseException as err:  # noqa: BLE001 - reported in the results, never swallowed
             self.fail(f"learner: {raised_in(err, type(self.algo))}", "error", detail=traceback.format_exc())
 
@@ -316,8 +331,11 @@ class LearnerCore:
             "learner_time": ledger.time.breakdown(ledger.t_end - ledger.t_run_start, ledger.learn_s),
             "final_weights_sha256": weights_digest(self.algo.get_weights()),
             "replay": None if self.replay_log is None else self.replay_log.meta(),
-            "learner_compile": self.compile_summary(), "env_errors": self.env_errors.summary(), **(extra or {}),
+            "learner_compile": self.compile_summary(), "env_errors": self.env_errors.summary(),
+            "replica": None if self.replicas is None else self.replicas.figures(ledger.updates), **(extra or {}),
         })
+        if self.replicas is not None:
+            self.replicas.close()
         ledger.discard_spill()  # the rows go out with the results (read for their summaries first)
         if self.callbacks is not None:  # what is queued is delivered, then on_end: bounded in time
             results["callbacks"] = self.callbacks.end(dict(results))

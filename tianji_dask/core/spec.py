@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tianji_dask.callbacks.runner import CallbackPlan
+from tianji_dask.core.replicas import ReplicaSpec
 from tianji_dask.core.stop import StopRules
 
 
@@ -51,3 +52,7 @@ class CoreSpec:
     callbacks: CallbackPlan | None = None
     #: ``env.max_errors``: env errors within 60 s that stop the run (core/env_errors.py), None: no limit
     env_max_errors: int | None = None
+    #: this learner's place among the run's learner replicas (core/replicas.py), None: the only learner
+    replica: ReplicaSpec | None = None
+    #: ``learner.simulated_step_ms``: seconds slept per gradient step (simulated learner compute), 0: none
+    simulated_step_s: float = 0.0

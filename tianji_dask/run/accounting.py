@@ -9,6 +9,7 @@ import time
 
 from tianji_dask import dask_internals
 from tianji_dask.dataflow.keys import EXPLORE_TASK_PREFIX
+from tianji_dask.run.groups import learner_results
 
 
 def cpu_seconds(client) -> dict | None:
@@ -70,7 +71,7 @@ def dataflow_overhead(client, results: dict, metrics_at_start: dict) -> dict | N
     for key, value in now.items():
         if key[0] == "execute" and key[1] == EXPLORE_TASK_PREFIX and key[-1] == "seconds":
             explorer[key[2]] = value - metrics_at_start.get(key, 0.0)
-    times = [r["learner_time"] for r in results.get("group_results", [results]) if r.get("learner_time")]
+    times = [r["learner_time"] for r in learner_results(results) if r.get("learner_time")]
     learner_busy = sum(sum(t["seconds"].values()) - t["seconds"].get("wait", 0.0) for t in times)
     learner_useful = sum(t["seconds"]["learn"] + t["seconds"].get("ingest", 0.0) for t in times)
     explorer_busy = sum(explorer.values())
@@ -94,7 +95,7 @@ def cpu_budget(results: dict, cpu0: dict | None, cpu1: dict | None) -> dict | No
     rebuild."""
     if cpu1 is None or cpu0 is None:
         return None
-    per = [r["learner_cpu_s"] for r in results.get("group_results", [results]) if r.get("learner_cpu_s")]
+    per = [r["learner_cpu_s"] for r in learner_results(results) if r.get("learner_cpu_s")]
     wall = results.get("wall_s") or 0.0
     if not per or wall <= 0:
         return None

@@ -27,7 +27,7 @@ class RunPlan:
     t_process_start: float
     #: added to the pipeline's seed for the explorers' envs: a resumed run plays fresh episodes
     env_seed: int
-    #: per group, the checkpoint its learner starts from (None: from scratch)
+    #: per group, the checkpoint its learner starts from (None: from scratch); replicas share the first
     resume_from: tuple[str | None, ...]
     #: on a cluster other runs share: the LEARNER worker and the EXPLORER workers this run may use
     learner_worker: str | None = None
@@ -44,7 +44,16 @@ class RunPlan:
     def core_spec(self, group: int = 0, *, explorer_workers: int = 1, **changes):
         return specs.core_spec(self.pipeline, self.prepared, out=self.out, t_process_start=self.t_process_start,
                                explorer_workers=explorer_workers, group=group, run_id=self.run_id, callbacks=self.callbacks,
-                               resume_from=changes.pop("resume_from", self.resume_from[group]), **changes)
+                               # replicas all start from the one checkpoint their policy has
+                               resume_from=changes.pop("resume_from", self.resume_from[min(group, len(self.resume_from) - 1)]),
+                               **changes)
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A learner whose worker went before its final books were fetched: ``why``."""
+
+    why: str
 
 
 class Backend(ABC):
@@ -71,8 +80,9 @@ class Backend(ABC):
         """Ask every learner to stop; ``statuses`` says when they have."""
 
     @abstractmethod
-    def finals(self) -> list[dict]:
-        """Each learner's results, episodes, chunks and replay log, once it is done."""
+    def finals(self, keep_going: bool = False) -> list:
+        """Each learner's results, episodes, chunks and replay log, once it is done (None: not
+        yet). ClusterLost when one's worker has gone; with ``keep_going``, a ``Gone`` in its place."""
 
     def fusion(self) -> dict | None:
         """Group mode: the reducer's settings and rounds."""
@@ -123,7 +133,7 @@ class SingleBackend(Backend):
     def stop(self) -> None:
         self._run.stop()
 
-    def finals(self) -> list[dict]:
+    def finals(self, keep_going: bool = False) -> list[dict]:
         self._done.wait()
         if self._final is None:
             raise RuntimeError("single mode: the training thread ended without results (its traceback is above)")

@@ -15,7 +15,7 @@ from tianji_dask import dask_internals
 from tianji_dask.errors import LearnerWorkersGone, PipelineError, SchedulerLost
 from tianji_dask.launch.cluster import learner_workers, register_worker_plugin
 from tianji_dask.run import accounting, preflight, specs
-from tianji_dask.run.backend import Backend, RunPlan
+from tianji_dask.run.backend import Backend, Gone, RunPlan
 from tianji_dask.run.quiet import distributed_log_level
 from tianji_dask.run.supervisor import LearnerSupervisor
 from tianji_dask.run.worker_checks import check_worker_imports
@@ -55,13 +55,15 @@ class DaskBackend(Backend):
         timeout = 60
         if self.client is None:
             threads = p.cluster.explorer_threads or -(-len(streams) // explorer_workers)  # a slot for every stream
-            self._opened = open_cluster(p.cluster, len(streams), explorer_workers, learners=p.groups,
+            self._opened = open_cluster(p.cluster, len(streams), explorer_workers, learners=p.learner_actors,
                                         explorer_threads=threads, log_level=distributed_log_level(plan.verbose))
             self.client, self.cluster, timeout = self._opened.client, self._opened.cluster, self._opened.start_timeout
         client = self.client
         dask_internals.quiet_reconnects()
-        # a cluster we started has one LEARNER worker per group; on another, groups share them
-        counts = check_roles(client, timeout=timeout, learners=p.groups if self._opened is not None else 1)
+        # a cluster we started has one LEARNER worker per group or replica; on another, groups share
+        # them, and replicas need one each (one process group a process)
+        own = self._opened is not None or p.learner.replicas > 1
+        counts = check_roles(client, timeout=timeout, learners=p.learner_actors if own else 1)
         self.startup["cluster"] = time.time()
         stop_active_memory_manager(client)
         self._explorer_workers = counts["EXPLORER"]
@@ -87,7 +89,7 @@ class DaskBackend(Backend):
             self._reducer = self._reducer_future.result()
         self.learners = self._supervisor()
         try:
-            self.learners.build(p.groups)
+            self.learners.build(p.learner_actors)
         except RuntimeError as err:
             if str(err).startswith("learner.device:"):  # the learner's machine lacks the device
                 raise PipelineError(str(err)) from None
@@ -172,7 +174,7 @@ class DaskBackend(Backend):
         """The scheduler is gone, and the learners with their workers: each group's final books as
         its learner wrote them while its worker closed (waited for up to ``wait_s``; None for a
         learner that wrote none: its worker killed outright)."""
-        dirs = specs.group_dirs(self.plan.out, "rows", self.plan.pipeline.groups)
+        dirs = specs.rows_dirs(self.plan.out, self.plan.pipeline)
         deadline = time.time() + wait_s
         while True:
             finals = [read_final(d) for d in dirs]
@@ -187,8 +189,16 @@ class DaskBackend(Backend):
         self.client = self.cluster = None
 
     def stop(self) -> None:
+        """Ask every learner to stop, each one even when another cannot be asked (its worker gone);
+        the first such error raised after."""
+        failed = None
         for learner in self.learners.learners:
-            learner.stop().result(timeout=30)
+            try:
+                learner.stop().result(timeout=30)
+            except Exception as err:  # noqa: BLE001 - the others still stop
+                failed = failed or err
+        if failed is not None:
+            raise failed
 
     def controller_state(self, history: bool = False, group: int | None = None) -> dict:
         return self.client.sync(self.client.scheduler.tianji_state, history=history, group=group,
@@ -198,16 +208,22 @@ class DaskBackend(Backend):
         return self.client.sync(self.client.scheduler.tianji_configure, run_id=self.plan.run_id, **settings)
 
     # ---- the end ------------------------------------------------------------------------------
-    def finals(self) -> list[dict]:
+    def finals(self, keep_going: bool = False) -> list:
         """Each learner's results once all have ended; ClusterLost when one's worker went before
-        they were fetched (the driver then reads the books the learners wrote as they closed)."""
-        try:
-            return [learner.final().result(timeout=60) for learner in self.learners.learners]
-        except Exception as err:  # noqa: BLE001 - the learner's worker went between its last report and this call
-            if not dask_internals.scheduler_alive(self.client):
-                raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
-            raise LearnerWorkersGone(f"learner: its worker went as the run ended, before its results were fetched "
-                                     f"({type(err).__name__}: {err})") from None
+        they were fetched (the driver then reads the books the learners wrote as they closed),
+        or with ``keep_going`` a ``Gone`` in its place, the others' fetched all the same."""
+        finals: list = []
+        for learner in self.learners.learners:
+            try:
+                finals.append(learner.final().result(timeout=60))
+            except Exception as err:  # noqa: BLE001 - the learner's worker went between its last report and this call
+                if not dask_internals.scheduler_alive(self.client):
+                    raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
+                why = f"its worker went as the run ended, before its results were fetched ({type(err).__name__}: {err})"
+                if not keep_going:
+                    raise LearnerWorkersGone(f"learner: {why}") from None
+                finals.append(Gone(why))
+        return finals
 
     def fusion(self) -> dict | None:
         if self._reducer is None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tianji_dask.core.stop import StopRules
-from tianji_dask.errors import ClusterLost, SchedulerLost
+from tianji_dask.errors import ClusterLost, LearnerWorkersGone, SchedulerLost
 from tianji_dask.run import legs, results_writer
-from tianji_dask.run.backend import Backend
+from tianji_dask.run.backend import Backend, Gone
 from tianji_dask.run.groups import groups_stop_reason, pool_status
 from tianji_dask.run.progress import Progress
 
@@ -43,14 +43,15 @@ class Ending:
     """Waiting for one started run's end, and its results. ``stop``: the run's, which stops every
     learner (on the deadline, or when group mode's rules stop the groups)."""
 
-    def __init__(self, backend: Backend, rules: StopRules, groups: int, stop: Callable[[], None]):
-        self.backend, self.rules, self.groups, self._stop = backend, rules, groups, stop
+    def __init__(self, backend: Backend, rules: StopRules, groups: int, stop: Callable[[], None], replicas: bool = False):
+        """``groups``: the learners (groups, or replicas with ``replicas``)."""
+        self.backend, self.rules, self.groups, self._stop, self.replicas = backend, rules, groups, stop, replicas
         self.group_stop: str | None = None  # why the run stopped its groups (group mode)
         self.last_status: dict | None = None  # the last status a poll brought
 
     def pooled(self, reports) -> dict:
         """One status over the learners' reports (group mode pools them), with whether all are done."""
-        status = pool_status([r.status for r in reports], self.rules, self.group_stop)
+        status = pool_status([r.status for r in reports], self.rules, self.group_stop, replicas=self.replicas)
         return {**status, "done": all(r.done for r in reports)}
 
     def wait(self, timeout: float | None, poll_s: float, on_status: Callable[[dict], None] | None,
@@ -74,12 +75,17 @@ class Ending:
             pass
         deadline = time.time() + STOP_WAIT_S
         try:
-            while None in (finals := self.backend.finals()):  # each learner's, once it has stopped
+            # each learner's, once it has stopped; one whose worker went (a lost replica) is told
+            # by what the driver last heard of it, the others' books fetched
+            while None in (finals := self.backend.finals(keep_going=True)):
                 if time.time() >= deadline:
                     return Ended(lost=ClusterLost(f"learner: not stopped {STOP_WAIT_S:.0f} s after the driver asked"))
                 time.sleep(poll_s)
         except ClusterLost as lost:
             return Ended(lost=lost)
+        gone = [f for f in finals if isinstance(f, Gone)]
+        if len(gone) == len(finals):
+            return Ended(lost=LearnerWorkersGone(f"learner: {gone[0].why}"))
         return Ended(finals=finals)
 
     def _poll(self, timeout: float | None, poll_s: float, on_status, progress: Progress) -> Ended:
@@ -103,13 +109,25 @@ class Ending:
                 except ClusterLost as lost:
                     return Ended(lost=lost)
             if not stopped and self.groups > 1:
-                self.group_stop = self.group_stop or groups_stop_reason(status, [r.status for r in reports], self.rules)
+                self.group_stop = self.group_stop or groups_stop_reason(status, [r.status for r in reports], self.rules,
+                                                                        "replica" if self.replicas else "group")
                 if self.group_stop:
                     self._stop()
                     stopped = True
             if deadline is not None and time.time() > deadline and not stopped:
                 self._stop()
                 stopped = True
+
+    def _heard_for_gone(self, finals: list, record: results_writer.RunRecord) -> list[dict]:
+        """``finals`` with each ``Gone`` learner's replaced by what this driver last heard of it."""
+        if not any(isinstance(f, Gone) for f in finals):
+            return finals
+        last = self.last_status or {}
+        heard = last.get("groups") or last.get("replicas") or [last]
+        t_run_start = self.backend.learners.t_run_start or time.time()
+        return [results_writer.unheard_final(heard[g] if g < len(heard) else {}, record.rules, t_run_start=t_run_start,
+                                             t_process_start=record.t_process_start, checkpoint=None)
+                if isinstance(f, Gone) else f for g, f in enumerate(finals)]
 
     def results(self, record: results_writer.RunRecord, ended: Ended
                 ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray | None]:
@@ -119,7 +137,8 @@ class Ending:
         driver's own fault's, when that came first)."""
         backend = self.backend
         if ended.lost is None:
-            results, episodes, chunks, replay = results_writer.assemble(ended.finals, record, self.group_stop,
+            finals = self._heard_for_gone(ended.finals, record)
+            results, episodes, chunks, replay = results_writer.assemble(finals, record, self.group_stop,
                                                                         backend.fusion)
             results["error_file"] = results_writer.move_tracebacks(results, record.out)
         else:

@@ -216,7 +216,8 @@ class Run:
         forkserver.quiet_resource_tracker(self.verbose)
         with quiet.kept_quiet(self.verbose):
             self._start()
-        self._ending = Ending(self._backend, self._rules, self.pipeline.groups, self.stop)
+        self._ending = Ending(self._backend, self._rules, self.pipeline.learner_actors, self.stop,
+                              replicas=self.pipeline.learner.replicas > 1)
         moved = quiet.dashboard_moved(self.pipeline.cluster.dashboard_address, self.dashboard_link) if self.cluster else None
         if moved:
             quiet.say(f"dashboard port {moved[0]} is taken; using {moved[1]}")

@@ -47,17 +47,22 @@ def assemble(finals: list[dict], record: RunRecord, group_stop: str | None, fusi
     (``fusion()``: the reducer's rounds, read only then)."""
     p, replay = record.pipeline, None
     if len(finals) > 1:
-        results, episodes, chunks = pool_results(finals, record.rules, group_stop, fusion())
+        results, episodes, chunks = pool_results(finals, record.rules, group_stop, fusion(),
+                                                 replicas=p.learner.replicas > 1)
     else:
         final = finals[0]
         results, episodes, chunks = dict(final["results"]), final["episodes"], final["chunks"]
         replay = final.get("replay_log")
     results.update(
         run_id=record.run_id, pipeline=p.name, mode=p.mode, env_id=p.env.id, algo=p.algo.label, seed=p.seed,
-        explorers=p.explorers, groups=p.groups, chunk_steps=p.chunk_steps, num_envs=p.env.num_envs,
+        explorers=p.explorers, groups=p.groups, learner_replicas=p.learner.replicas, chunk_steps=p.chunk_steps,
+        num_envs=p.env.num_envs,
         pipeline_config=p.model_dump(mode="json"),
     )
     results["simulated"] = p.simulated()
+    if p.learner.simulated_step_ms:
+        results["simulated_learner"] = {"step_ms": p.learner.simulated_step_ms,
+                                        "about": "each gradient step also sleeps this long (learner.simulated_step_ms)"}
     results["startup"] = startup_results(record.startup, record.t_process_start, finals)
     results["provenance"] = {**(record.provenance or {}), "seeds": stream_seeds(p, record.env_seed, finals)}
     return results, episodes, chunks, replay
@@ -65,13 +70,14 @@ def assemble(finals: list[dict], record: RunRecord, group_stop: str | None, fusi
 
 def move_tracebacks(results: dict, out: Path) -> str | None:
     """Move the learners' tracebacks out of the results into ``error.txt``; its name, or None."""
-    per = [results, *results.get("group_results", [])]
+    per = [results, *(results.get("group_results") or results.get("replica_results") or [])]
     tracebacks = [r.pop("error_traceback", None) for r in per]
     texts = tracebacks[1:] if len(per) > 1 else tracebacks
     found = [(g, text) for g, text in enumerate(texts) if text]
     if not found:
         return None
-    body = "\n".join(text if len(texts) == 1 else f"group {g}:\n{text}" for g, text in found)
+    word = "replica" if results.get("replica_results") else "group"
+    body = "\n".join(text if len(texts) == 1 else f"{word} {g}:\n{text}" for g, text in found)
     try:
         (Path(out) / "error.txt").write_text(f"{results.get('error')}\n\n{body}")
     except OSError:
@@ -127,7 +133,7 @@ def after_cluster_lost(lost, found: list[dict | None], record: RunRecord, last_s
     final books (what its learner wrote as its worker closed; None: none, then what the driver
     last heard), with one line saying what happened and how to go on."""
     p, out = record.pipeline, record.out
-    heard = (last_status.get("groups") or [last_status]) if last_status else []
+    heard = (last_status.get("groups") or last_status.get("replicas") or [last_status]) if last_status else []
     finals = [final if final is not None else unheard_final(
         heard[g] if g < len(heard) else {}, record.rules, t_run_start=t_run_start, t_process_start=record.t_process_start,
         checkpoint=None) for g, final in enumerate(found)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from tianji_dask.callbacks.runner import CallbackPlan
 from tianji_dask.config import Pipeline
 from tianji_dask.config.sections import duration_s
+from tianji_dask.core.replicas import ReplicaSpec
 from tianji_dask.core.spec import CheckpointSettings, CoreSpec
 from tianji_dask.core.stop import StopRules
 from tianji_dask.dataflow.controller.settings import LawSettings
@@ -18,10 +19,17 @@ from tianji_dask.observe.tensorboard import ScalarLog
 from tianji_dask.run.checks import Prepared
 
 
-def group_dirs(run_dir: Path, name: str, groups: int) -> list[Path]:
-    """Each group's folder under RUN_DIR/name (one group: RUN_DIR/name itself)."""
+def group_dirs(run_dir: Path, name: str, groups: int, word: str = "group") -> list[Path]:
+    """Each learner's folder under RUN_DIR/name (one learner: RUN_DIR/name itself), named for
+    its group, or its replica with ``word`` "replica"."""
     d = Path(run_dir) / name
-    return [d] if groups == 1 else [d / f"group-{g}" for g in range(groups)]
+    return [d] if groups == 1 else [d / f"{word}-{g}" for g in range(groups)]
+
+
+def rows_dirs(run_dir: Path, p: Pipeline) -> list[Path]:
+    """Where each learner of the run (a group's, a replica) spills its rows and writes its final books."""
+    word = "replica" if p.learner.replicas > 1 else "group"
+    return group_dirs(run_dir, "rows", p.learner_actors, word)
 
 
 def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
@@ -39,28 +47,30 @@ def law(p: Pipeline, prepared: Prepared) -> LawSettings:
 
 def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: float, explorer_workers: int = 1,
               group: int = 0, resume_from: str | None = None, keep_t_run_start: float | None = None,
-              run_id: str = "", callbacks: tuple = ()) -> CoreSpec:
-    """``callbacks``: ``Callback`` objects given from Python, called after the pipeline's own."""
+              run_id: str = "", callbacks: tuple = (), replica: ReplicaSpec | None = None) -> CoreSpec:
+    """``callbacks``: ``Callback`` objects given from Python, called after the pipeline's own;
+    ``replica``: this learner's place among the replicas (``learner.replicas`` > 1)."""
     rules = StopRules.of(p.stop)
     ckpt = p.checkpoint
     return CoreSpec(
         make_algo=prepared.make_algo,
-        # in group mode the run, not each learner, judges the solve and the budgets, on all groups pooled
-        stop=rules.for_group() if p.groups > 1 else rules,
+        # with groups or replicas the run, not each learner, judges the solve and the budgets, on all pooled
+        stop=rules.for_group() if p.learner_actors > 1 else rules,
         t_process_start=t_process_start, threads=p.learner.threads, device=p.learner.device,
         compile=p.learner.compile,
         explorer_workers=explorer_workers,
         # written by the learner, so on the learner's machine for a remote cluster
-        rows_dir=str(group_dirs(out, "rows", p.groups)[group].resolve()),
+        rows_dir=str(rows_dirs(out, p)[group].resolve()),
+        # replicas hold one policy: the first writes its checkpoints, where one learner would
         checkpoint=CheckpointSettings(
             dir=str(checkpoint_dirs(out, p.groups)[group].resolve()), every_seconds=ckpt.every_seconds,
             every_versions=ckpt.every_versions, keep=ckpt.keep, replay_buffer=ckpt.replay_buffer,
-        ) if ckpt.enabled else None,
+        ) if ckpt.enabled and (p.learner.replicas == 1 or group == 0) else None,
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
-        replay_log=p.mode != "single" and p.groups == 1,
+        replay_log=p.mode != "single" and p.learner_actors == 1,
         scalar_log=functools.partial(ScalarLog, str((out / "tensorboard").resolve())) if p.logging.tensorboard else None,
         callbacks=callback_plan(p, out=out, run_id=run_id, group=group, objects=callbacks),
-        env_max_errors=p.env.max_errors,
+        env_max_errors=p.env.max_errors, replica=replica, simulated_step_s=p.learner.simulated_step_ms / 1000,
     )
 
 

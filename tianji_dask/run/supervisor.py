@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from tianji_dask import dask_internals
+from tianji_dask.core.replicas import ReplicaSpec
 from tianji_dask.dataflow import keys
 from tianji_dask.dataflow.learner.report import LearnerReport
 from tianji_dask.errors import LearnerWorkersGone, RunFault, SchedulerLost
@@ -42,11 +43,22 @@ class LearnerSupervisor:
         #: when the run started on the learners' clock (a rebuilt learner keeps it)
         self.t_run_start: float | None = None
         self._stall_since: float | None = None  # since when a learner whose worker is there has not answered
+        self._homes: list[str] = []  # the replicas' LEARNER workers, by rank
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, groups: int) -> None:
-        """One learner per group, each built before this returns."""
-        self.futures = [self._submit(self._make_spec(group), group) for group in range(groups)]
+        """One learner per group (or replica), each built before this returns. Replicas go one to a
+        LEARNER worker, and meet at a free port on the first one's machine."""
+        replicas = self.plan.pipeline.learner.replicas
+        if replicas > 1:
+            self._homes = learner_workers(self.client)[:replicas]
+            rendezvous = replica_rendezvous(self.client, self._homes[0])
+            timeout_s = self.plan.pipeline.learner.replica_timeout_s
+            made = [self._make_spec(r, replica=ReplicaSpec(r, replicas, rendezvous, timeout_s, tuple(self._homes)))
+                    for r in range(replicas)]
+        else:
+            made = [self._make_spec(group) for group in range(groups)]
+        self.futures = [self._submit(spec, group) for group, spec in enumerate(made)]
         self.learners = [future.result() for future in self.futures]
         self.names = [self._worker_name(dask_internals.actor_address(learner)) for learner in self.learners]
 
@@ -70,9 +82,11 @@ class LearnerSupervisor:
         resource)."""
         from tianji_dask.dataflow.learner.actor import Learner
 
-        groups, run_id = self.plan.pipeline.groups, self.plan.run_id
+        groups, run_id = self.plan.pipeline.learner_actors, self.plan.run_id
         key = keys.learner_key(run_id, group if groups > 1 else None, attempt)
-        if workers is None and self.plan.learner_worker is not None:
+        if workers is None and self._homes:
+            workers = [self._homes[group]]
+        elif workers is None and self.plan.learner_worker is not None:
             workers = [self.plan.learner_worker]
         elif workers is None and groups > 1:
             homes = learner_workers(self.client)
@@ -217,6 +231,10 @@ class LearnerSupervisor:
         if not dask_internals.scheduler_alive(self.client):  # its workers closed with it: nothing to rebuild on
             raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
         out = self.plan.out
+        if self._homes:
+            raise RunFault(f"learner replica {group}: its worker {self._homes[group]} was lost ({str(err)[:200]}); the "
+                           f"replicas stop, as rebuilding their group is not built yet; `tianji-dask resume {out}` "
+                           "continues from the newest checkpoint") from None
         directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
         handoff = checkpoint.handoff_left(directory)
         if (handoff is not None and handoff.get("worker") == dask_internals.actor_address(self.learners[group])
@@ -254,3 +272,20 @@ class LearnerSupervisor:
                               "checkpoint": None if path is None else str(path)})
         self._replace(group, spec, workers)
         self._published()
+
+
+def replica_rendezvous(client, worker: str) -> str:
+    """Where the replicas meet: ``tcp://HOST:PORT``, a port free just now on ``worker``'s machine."""
+    from distributed.comm import get_address_host
+
+    port = client.run(free_port, workers=[worker])[worker]
+    return f"tcp://{get_address_host(worker)}:{port}"
+
+
+def free_port() -> int:
+    """A TCP port free on this machine (run on a worker)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

@@ -41,9 +41,12 @@ class LockstepLoop(Loop):
             self._pending.clear()
             n_want = self._wanted()
         if self._round_open and not self.stream.in_flight:  # the whole round is in: train, then broadcast
-            while core.ready() and not self._holding() and core.stop_reason() is None:
+            trained = False
+            while self._may_learn():
                 self._learn_once()
-            self._round_open = False
+                trained = True
+            if trained or core.replicas is None or not core.ready():
+                self._round_open = False  # with replicas, a round ready here waits for the others' to be
             n_want = self._wanted()
         now = time.time()
         if self.admission.answered():

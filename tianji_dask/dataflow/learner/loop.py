@@ -39,6 +39,7 @@ class Loop:
         self._consumed: list[Consumption] = []  # consumed, not yet reported to the controller
         self._held: list = []  # their futures, alive until the controller has them on record
         self._must_publish = False  # a fused model was installed
+        self._agreed = False  # this pass made an agreement among the replicas
         self._last_report = time.time()
         self._last_sent_status = 0.0
         self._last_status = 0.0
@@ -55,11 +56,15 @@ class Loop:
 
     def run(self) -> None:
         self._publish(wait=True)
+        replicas = self.core.replicas
         try:
-            while not self._stop.is_set() and (self.core.stop_reason() is None or not self._between_rounds()):
+            # replicas leave together, on an agreement (``_may_learn``): one that left on its own
+            # would leave the others waiting in their next collective
+            while not (self._wants_stop() if replicas is None else replicas.ended):
                 if self._expired():
                     self.handoff = {"t_expiry": time.time(), "deadline": self.handoff_at, "version": self.core.version}
                     break
+                self._agreed = False
                 try:
                     self.step()
                 except CommClosedError:
@@ -67,15 +72,35 @@ class Loop:
                     # next (closing.py), and this learner ends as on a closing worker, its state kept
                     self.worker_closing = True
                     break
+                if replicas is not None and not self._agreed:
+                    replicas.agree(False, self._wants_stop())  # every pass votes, so a stop reaches all
+            if replicas is not None:
+                replicas.leave()
             if self.worker_closing:
                 self.core.request_stop("worker_closed")
             self.drain()
         except BaseException:
+            if replicas is not None:
+                replicas.leave()  # the others stop with this one rather than wait for it
             # whatever ended the loop or its drain (the error goes to the run's results; the
             # scheduler may be gone), its books balance
             self._lose_all("received, not trained on: the learner's loop stopped on an error",
                            "in flight when the learner's loop stopped on an error")
             raise
+
+    def _wants_stop(self) -> bool:
+        """This learner would end its loop now: asked to stop, or its stop rules say so (between rounds)."""
+        return self._stop.is_set() or (self.core.stop_reason() is not None and self._between_rounds())
+
+    def _may_learn(self) -> bool:
+        """May the loop make an update now? Alone: the algorithm is ready, no fusion barrier holds
+        and no stop rule has fired. With replicas, every replica must say so (an agreement, which
+        also carries each one's stop): all update, or none does."""
+        ready = self.core.ready() and not self._holding() and self.core.stop_reason() is None
+        if self.core.replicas is None:
+            return ready
+        self._agreed = True
+        return self.core.replicas.agree(ready, self._wants_stop())[0]
 
     def _between_rounds(self) -> bool:
         """May the stop rules end the loop now? (Lockstep's: not while a round is half in.)"""
@@ -290,6 +315,8 @@ class Loop:
         if self.fusion is not None:
             status.update(group=self.spec.group, fusions=len(self.fusion.installed), waiting_for_fusion=self.fusion.waiting,
                           recent_episodes=core.recent_episodes())
+        elif core.replicas is not None:  # the run pools the replicas' episodes and judges their stop
+            status.update(group=self.spec.group, recent_episodes=core.recent_episodes())
         params = self.admission.params
         status["window"] = params.window
         status["staleness_target"] = {"state": params.target_state, "reason": params.target_reason}

@@ -48,7 +48,7 @@ class RelaxedLoop(Loop):
         if self._report_due(n_want, now):
             self._ask(n_want, now)
         for _ in range(self.spec.updates_per_pass):  # TianJi's updates per learner iteration
-            if not core.ready() or self._holding() or core.stop_reason() is not None:
+            if not self._may_learn():
                 break
             self._learn_once()
         self._housekeeping(n_want, now)

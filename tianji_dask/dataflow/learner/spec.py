@@ -65,5 +65,7 @@ class LearnerSpec:
 
     @property
     def tag(self) -> str:
-        """What this learner's task and data keys carry: the run, and the group in group mode."""
-        return learner_tag(self.run_id, self.group if self.fusion is not None else None)
+        """What this learner's task and data keys carry: the run, and the group in group mode (a
+        replica's index with learner replicas: the controller keeps each one's books apart)."""
+        several = self.fusion is not None or self.core.replica is not None
+        return learner_tag(self.run_id, self.group if several else None)
