@@ -35,13 +35,18 @@ class Browser:
             self.close()
             raise RuntimeError("chromium did not start its DevTools endpoint")
 
-    def visit(self, url: str, wait_s: float, script: str) -> tuple[object, bytes]:
-        """Open ``url``, wait ``wait_s`` seconds, evaluate ``script``; returns (value, PNG bytes)."""
+    def visit(self, url: str, script: str, ready, cap_s: float = 240.0) -> tuple[object, bytes]:
+        """Open ``url``; evaluate ``script`` and take a screenshot again and again until
+        ``ready(value, png)`` holds (what the page must show: no fixed wait, so a busy machine
+        only makes it slower), or ``cap_s`` passed (only a hang waits that long); returns the last
+        (value, PNG bytes)."""
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?{url}", method="PUT")
         target = json.loads(urllib.request.urlopen(req, timeout=30).read())
-        return asyncio.run(self._drive(target["webSocketDebuggerUrl"], wait_s, script))
+        return asyncio.run(self._drive(target["webSocketDebuggerUrl"], script, ready, cap_s))
 
-    async def _drive(self, ws_url: str, wait_s: float, script: str):
+    async def _drive(self, ws_url: str, script: str, ready, cap_s: float):
+        import time
+
         from tornado.websocket import websocket_connect
 
         ws = await websocket_connect(ws_url, max_message_size=256 * 2**20)
@@ -57,11 +62,14 @@ class Browser:
                         raise RuntimeError(f"{method}: {msg['error']}")
                     return msg["result"]
 
-        await asyncio.sleep(wait_s)
-        value = await call("Runtime.evaluate", expression=script, returnByValue=True)
-        shot = await call("Page.captureScreenshot", format="png")
-        ws.close()
-        return value["result"].get("value"), base64.b64decode(shot["data"])
+        deadline = time.monotonic() + cap_s
+        while True:
+            value = (await call("Runtime.evaluate", expression=script, returnByValue=True))["result"].get("value")
+            png = base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"])
+            if ready(value, png) or time.monotonic() > deadline:
+                ws.close()
+                return value, png
+            await asyncio.sleep(0.5)
 
     def close(self):
         self.proc.kill()

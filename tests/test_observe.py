@@ -356,17 +356,27 @@ def test_tianji_page_renders_in_a_real_browser(live_run, dashboard_client, tmp_p
     try:
         # the plot titles as the page's Bokeh document holds them (Bokeh draws them on canvas)
         titles, png = browser.visit(
-            f"{_base(dashboard_client)}/tianji", wait_s=6,
+            f"{_base(dashboard_client)}/tianji",
             script="window.Bokeh ? Bokeh.documents.flatMap(d => [...d.all_models])"
                    ".filter(m => m.type == 'Title').map(m => m.text) : []",
+            ready=lambda titles, png: bool(titles) and _plot_pixels(png) > 200,
         )
     finally:
         browser.close()
     shot.write_bytes(png)
     print(f"dashboard screenshot: {shot}")
     assert "tianji: mean episode return (100 episodes)" in titles and len(titles) >= 7, titles
-    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
     # the plots drew: lines in the plot colour, and a page that is far from one flat colour
-    blue = (abs(img[..., 0] - 0x1F) < 30) & (abs(img[..., 1] - 0x77) < 30) & (abs(img[..., 2] - 0xB4) < 30)
-    assert blue.sum() > 200, f"no plot lines in {shot}"
-    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+    assert _plot_pixels(png) > 200, f"no plot lines in {shot}"
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # far from one flat colour
+
+
+def _plot_pixels(png: bytes) -> int:
+    """Pixels of a screenshot in the plots' line colour (#1f77b4)."""
+    import io
+
+    from PIL import Image
+
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+    return int(((abs(img[..., 0] - 0x1F) < 30) & (abs(img[..., 1] - 0x77) < 30) & (abs(img[..., 2] - 0xB4) < 30)).sum())

@@ -56,6 +56,11 @@ def _close(a: dict, b: dict, atol=1e-6) -> bool:
     return a.keys() == b.keys() and all(np.allclose(a[k], b[k], atol=atol, rtol=1e-5) for k in a)
 
 
+def _rows(table: np.ndarray) -> list[tuple]:
+    """A table's rows as a sorted list: equal for two tables holding the same rows in any order."""
+    return sorted(map(tuple, table.tolist()))
+
+
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -124,7 +129,9 @@ def test_cartpole_ppo_solves_with_two_learner_replicas(capsys, tmp_path, how):
     assert all(r["allreduce_calls"] > 0 and r["updates"] == results["updates"] for r in rows)
     assert rows[0]["allreduce_calls"] == rows[1]["allreduce_calls"]
     assert sum(r["env_steps"] for r in rows) == results["env_steps"]
-    assert (tmp_path / "run" / "checkpoints").is_dir()  # the first replica's, where one learner's would be
+    # the first replica's where one learner's would be, the other's beside it, at the same version
+    first = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))
+    assert first and first == sorted(p.name for p in (tmp_path / "run" / "checkpoints" / "replica-1").glob("ckpt-*.pt"))
 
 
 @pytest.mark.slow
@@ -156,3 +163,35 @@ def test_a_replica_whose_worker_dies_stops_the_run_in_one_line_naming_it(tmp_pat
     assert "replica 0: learner replica 0: lost contact with replica 1" in results["error"]
     survivor, lost = results["replica_results"]
     assert survivor["updates"] >= 3 and not survivor.get("heard_only") and lost["heard_only"]
+
+
+@pytest.mark.slow
+def test_a_resumed_replica_run_starts_every_replica_from_the_checkpoint_and_counts_episodes_once(tmp_path):
+    """Each replica resumes from its own checkpoint of the same version, with its own books: the
+    resumed run's books hold every episode of both legs once."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    base = [sys.executable, "-m", "tianji_dask"]
+    first = subprocess.run([*base, "train", "cartpole_ppo", "--learner-replicas", "2", "-n", "40000", "--set",
+                            "stop.target_return=10000", "--out", str(run), "--quiet"], capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = json.loads((run / "results.json").read_text())
+    again = subprocess.run([*base, "resume", str(run), "-n", "80000", "--quiet"], capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = json.loads((run / "results.json").read_text())
+    assert after["learner_replicas"] == 2 and after["error"] is None
+    assert after["final_version"] > before["final_version"] and after["env_steps"] >= 80_000 > before["env_steps"]
+    episodes = np.loadtxt(run / "episodes.csv", delimiter=",", skiprows=1)
+    first = np.loadtxt(run / "legs" / "0" / "episodes.csv", delimiter=",", skiprows=1)
+    assert len(episodes) == after["episodes"] > len(first) == before["episodes"]
+    # the first leg's episodes open the resumed books, each once (their clock moved with the resume):
+    # a replica that took another's books would repeat that one's and lose its own
+    assert _rows(episodes[:len(first), 1:]) == _rows(first[:, 1:])
+    per = after["replica_results"]
+    assert per[0]["final_weights_sha256"] == per[1]["final_weights_sha256"]
+    assert after["episodes"] > before["episodes"]  # both replicas' earlier episodes are still on the books
+    assert [r["episodes"] > b["episodes"] for r, b in zip(per, before["replica_results"])] == [True, True]

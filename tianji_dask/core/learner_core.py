@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -54,7 +55,13 @@ class LearnerCore:
         self.checkpoint_extra: Callable[[], dict] = dict
         self.restored: dict = {}  # the checkpoint's whole state when resumed
         if spec.resume_from:  # continue the learning curve, the books and the clock
-            self.restored = checkpoint.restore(spec.resume_from, self.algo, self.ledger, spec.keep_t_run_start)
+            # a replica starting from another's checkpoint (a run started from a checkpoint) takes its
+            # policy and clock, not its books: their episodes and chunks would count once per replica
+            own = spec.checkpoint is not None and Path(spec.resume_from).parent == Path(spec.checkpoint.dir)
+            ledger = self.ledger if spec.replica is None or spec.replica.rank == 0 or own else Ledger(
+                spec.stop, t_run_start=0.0, t_process_start=spec.t_process_start)
+            self.restored = checkpoint.restore(spec.resume_from, self.algo, ledger, spec.keep_t_run_start)
+            self.ledger.t_run_start = ledger.t_run_start
             self.version = self.checkpointer.last_version = int(self.restored["version"])
         elif spec.keep_t_run_start is not None:  # rebuilt from the start: the time lost still counts
             self.ledger.t_run_start = spec.keep_t_run_start
@@ -245,7 +252,10 @@ class LearnerCore:
             self.replicas.updated(self.algo, self.version)
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
-        if self.checkpointer.due(self.version):
+        due = self.checkpointer.due(self.version)
+        if self.replicas is not None:  # every replica writes one at the same version, or none does
+            due = self.replicas.any(due)
+        if due:
             with self.ledger.time.timed("checkpoint"):
                 self.write_checkpoint()
 

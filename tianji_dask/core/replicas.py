@@ -120,6 +120,14 @@ class Replicas:
         self.ended = stopping > 0
         return not_ready == 0 and not self.ended, self.ended
 
+    def any(self, flag: bool) -> bool:
+        """Is ``flag`` true on some replica? (Every replica asks, after the same update.)"""
+        if self.ended or self.broken:
+            return flag
+        vote = torch.tensor([1 if flag else 0], dtype=torch.int64, device=self.device)
+        self._collective(self._dist.all_reduce, vote)
+        return int(vote.cpu()[0]) > 0
+
     def leave(self) -> None:
         """This replica's loop ended (its stop, or an error): tell the others with a last vote
         unless an agreement already ended them all or a collective broke."""

@@ -27,7 +27,7 @@ class RunPlan:
     t_process_start: float
     #: added to the pipeline's seed for the explorers' envs: a resumed run plays fresh episodes
     env_seed: int
-    #: per group, the checkpoint its learner starts from (None: from scratch); replicas share the first
+    #: per group (or replica), the checkpoint its learner starts from (None: from scratch)
     resume_from: tuple[str | None, ...]
     #: on a cluster other runs share: the LEARNER worker and the EXPLORER workers this run may use
     learner_worker: str | None = None
@@ -44,9 +44,7 @@ class RunPlan:
     def core_spec(self, group: int = 0, *, explorer_workers: int = 1, **changes):
         return specs.core_spec(self.pipeline, self.prepared, out=self.out, t_process_start=self.t_process_start,
                                explorer_workers=explorer_workers, group=group, run_id=self.run_id, callbacks=self.callbacks,
-                               # replicas all start from the one checkpoint their policy has
-                               resume_from=changes.pop("resume_from", self.resume_from[min(group, len(self.resume_from) - 1)]),
-                               **changes)
+                               resume_from=changes.pop("resume_from", self.resume_from[group]), **changes)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class Run:
         if _resume_from is None and self.out.exists() and any(self.out.iterdir()):
             raise PipelineError(f"out: directory {str(self.out)!r} exists and is not empty")
         #: per group, the checkpoint its learner starts from (None: from scratch)
-        self.resume_from: tuple[str | None, ...] = tuple(_resume_from or (None,) * p.groups)
+        self.resume_from: tuple[str | None, ...] = tuple(_resume_from or (None,) * p.learner_actors)
         # a run continued from version v plays env seeds none of the first v's episodes used
         self._env_seed = CHECKPOINT_SEED_STRIDE * (1 + _from_version)
         self.learner_worker = learner_worker
@@ -129,7 +129,7 @@ class Run:
             raise PipelineError(f"run_dir: {str(d)!r} is not a run directory (no pipeline.yaml)")
         legs.check(d, overrides)  # a rule still in force: one line, nothing started or changed
         pipeline = load_pipeline(d / "pipeline.yaml", overrides=overrides)
-        found = [checkpoint.newest_loadable(c) for c in specs.checkpoint_dirs(d, pipeline.groups)]  # one line when none loads
+        found = specs.newest_checkpoints(d, pipeline)  # one line when none loads
         run = cls(pipeline, client, out=d, imported_at=imported_at, _resume_from=[str(path.resolve()) for path, _, _ in found],
                   _from_version=max(int(state["version"]) for _, state, _ in found), **options)
         run.skipped_checkpoints = [line for _, _, skipped in found for line in skipped]
@@ -165,8 +165,8 @@ class Run:
         from tianji_dask.core import checkpoint
 
         version = int(checkpoint.load(checkpoint_path)["version"])  # fail here, in one line, on a damaged file
-        groups = as_pipeline(pipeline, overrides).groups
-        return cls(pipeline, client, out=out, overrides=overrides, _resume_from=[str(Path(checkpoint_path).resolve())] * groups,
+        learners = as_pipeline(pipeline, overrides).learner_actors  # replicas but the first take its policy, not its books
+        return cls(pipeline, client, out=out, overrides=overrides, _resume_from=[str(Path(checkpoint_path).resolve())] * learners,
                    _from_version=version, **placement)
 
     def law(self) -> dict:

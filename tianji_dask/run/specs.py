@@ -32,9 +32,34 @@ def rows_dirs(run_dir: Path, p: Pipeline) -> list[Path]:
     return group_dirs(run_dir, "rows", p.learner_actors, word)
 
 
-def checkpoint_dirs(run_dir: Path, groups: int) -> list[Path]:
-    """Where each group's learner writes its checkpoints."""
+def checkpoint_dirs(run_dir: Path, groups: int, replicas: int = 1) -> list[Path]:
+    """Where each group's learner writes its checkpoints; with replicas, each replica: the first
+    where one learner would (RUN_DIR/checkpoints, which export and evaluation read), the others
+    in RUN_DIR/checkpoints/replica-R."""
+    if replicas > 1:
+        d = Path(run_dir) / "checkpoints"
+        return [d, *(d / f"replica-{r}" for r in range(1, replicas))]
     return group_dirs(run_dir, "checkpoints", groups)
+
+
+def newest_checkpoints(run_dir: Path, p: Pipeline) -> list[tuple[Path, dict, list[str]]]:
+    """Each learner's newest checkpoint that loads (``checkpoint.newest_loadable``). Replicas
+    write theirs at the same versions: they resume from the newest version every replica holds
+    (one whose write a crash cut short on some replica is skipped, said in the third item)."""
+    from tianji_dask.core import checkpoint
+
+    found = [checkpoint.newest_loadable(d) for d in checkpoint_dirs(run_dir, p.groups, p.learner.replicas)]
+    if p.learner.replicas == 1:
+        return found
+    common = min(int(state["version"]) for _, state, _ in found)
+    out = []
+    for d, (path, state, skipped) in zip(checkpoint_dirs(run_dir, p.groups, p.learner.replicas), found):
+        if int(state["version"]) != common:
+            skipped = [*skipped, f"{path.name}: newer than the version every replica holds ({common})"]
+            path = d / f"ckpt-{common:09d}.pt"
+            state = checkpoint.load(path)
+        out.append((path, state, skipped))
+    return out
 
 
 def law(p: Pipeline, prepared: Prepared) -> LawSettings:
@@ -61,11 +86,12 @@ def core_spec(p: Pipeline, prepared: Prepared, *, out: Path, t_process_start: fl
         explorer_workers=explorer_workers,
         # written by the learner, so on the learner's machine for a remote cluster
         rows_dir=str(rows_dirs(out, p)[group].resolve()),
-        # replicas hold one policy: the first writes its checkpoints, where one learner would
+        # every replica writes its own (its books), at versions the replicas agree on
         checkpoint=CheckpointSettings(
-            dir=str(checkpoint_dirs(out, p.groups)[group].resolve()), every_seconds=ckpt.every_seconds,
-            every_versions=ckpt.every_versions, keep=ckpt.keep, replay_buffer=ckpt.replay_buffer,
-        ) if ckpt.enabled and (p.learner.replicas == 1 or group == 0) else None,
+            dir=str(checkpoint_dirs(out, p.groups, p.learner.replicas)[group].resolve()),
+            every_seconds=ckpt.every_seconds, every_versions=ckpt.every_versions, keep=ckpt.keep,
+            replay_buffer=ckpt.replay_buffer,
+        ) if ckpt.enabled else None,
         resume_from=resume_from, keep_t_run_start=keep_t_run_start,
         replay_log=p.mode != "single" and p.learner_actors == 1,
         scalar_log=functools.partial(ScalarLog, str((out / "tensorboard").resolve())) if p.logging.tensorboard else None,
