@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from tianji_dask.algos import make_algorithm, optim
+from tianji_dask.algos.normalize import RunningMeanStd
 from tianji_dask.envs.rollout import Rollout
 
 #: name -> (env id, env kwargs, algorithm, config, chunks a replica ingests before each update, updates)
@@ -26,6 +27,9 @@ CASES = {
 #: PPO as one learner on both replicas' batches would train it: one minibatch, no per-minibatch statistics
 PPO_WHOLE_BATCH = {"num_minibatches": 1, "norm_adv": False}
 CASES["ppo_whole_batch"] = (*CASES["ppo"][:3], {**CASES["ppo"][3], **PPO_WHOLE_BATCH}, *CASES["ppo"][4:])
+#: running statistics the policy carries (not trained by gradients): the replicas must pool them
+CASES["ppo_normalized"] = (*CASES["ppo"][:3], {**CASES["ppo"][3], "normalize_obs": True, "normalize_reward": True},
+                           *CASES["ppo"][4:])
 
 
 def make(case: str, rank: int = 0, **changes):
@@ -53,7 +57,8 @@ def train(algo, case: str, own: list[dict], per_update: int | None = None) -> di
         for chunk in own[u * per_update:(u + 1) * per_update]:
             algo.ingest(chunk, staleness=0)
         algo.learn()
-    return algo.model_state()
+    # every network's tensors, and the weights explorers get (with the observation statistics)
+    return {**algo.model_state(), **{f"published.{k}": v for k, v in algo.get_weights().items()}}
 
 
 def in_process_group(rank: int, world: int, init_method: str, cases: list[str], out) -> None:
@@ -74,7 +79,13 @@ def in_process_group(rank: int, world: int, init_method: str, cases: list[str], 
         algo = make(case)
         replicas.attach(algo)
         states[case] = train(algo, case, chunks(case, rank))
-    out.put((rank, states, replicas.allreduce_calls - 1, averaged))
+    # and running statistics (attach put the hooks in place): replica r collected r + 1 samples of
+    # value 10 r; pooled, every replica folds the statistics of all of them
+    stats = RunningMeanStd((2,))
+    stats.observe(np.full((rank + 1, 2), 10.0 * rank))
+    stats.fold()
+    pooled = (stats.mean.tolist(), stats.var.tolist(), stats.count)
+    out.put((rank, states, replicas.allreduce_calls - 1, averaged, pooled))
     replicas.close()
 
 

@@ -73,7 +73,7 @@ def trained():
 
 @pytest.mark.parametrize("case", ["ppo", "impala", "dqn", "sac"])
 def test_replicas_end_every_update_identical_and_equal_to_the_averaged_gradients(trained, case):
-    (states0, calls0, _), (states1, calls1, _) = trained
+    (states0, calls0, *_), (states1, calls1, *_) = trained
     assert calls0 == calls1 > 0  # every gradient step went through one all-reduce, on both
     assert _same(states0[case], states1[case])  # the replicas' networks are identical
     averaged = rt.averaged_in_threads(case)
@@ -86,8 +86,22 @@ def test_replicas_end_every_update_identical_and_equal_to_the_averaged_gradients
 def test_the_replicas_gradients_are_their_mean_not_their_sum_nor_one_replicas(trained):
     """Replica r's gradients are all r + 1: both end with 1.5 (a sum gives 3, one replica's 1 or 2);
     a parameter without a gradient averages as zeros."""
-    for _, _, (p, q) in trained:
+    for _, _, (p, q), _ in trained:
         assert p == [1.5, 1.5, 1.5] and q == [0.0, 0.0]
+
+
+def test_the_replicas_pool_the_running_statistics_their_policy_carries(trained):
+    """Observation normalization and reward scaling are not trained by gradients: each replica's
+    collected data are pooled before every fold, so the statistics, and with them the published
+    weights, are the same on every replica. Replica 0 saw one 0, replica 1 two 10s: both fold
+    mean 20/3 (and the prior's 1e-4 count)."""
+    (states0, *_, pooled0), (states1, *_, pooled1) = trained
+    assert pooled0 == pooled1
+    mean, var, count = pooled0
+    assert np.allclose(mean, 20 / 3, rtol=1e-4) and np.allclose(var, 200 / 9, rtol=1e-3) and abs(count - 3) < 1e-3
+    assert _same(states0["ppo_normalized"], states1["ppo_normalized"])
+    alone = rt.train(rt.make("ppo_normalized"), "ppo_normalized", rt.chunks("ppo_normalized", 0))
+    assert not _close(states0["ppo_normalized"], alone)
 
 
 def test_two_ppo_replicas_train_as_one_learner_on_both_batches(trained):

@@ -17,6 +17,18 @@ CLIP = 10.0
 EPS = 1e-8
 
 
+#: called at each ``fold`` with what this process collected, ``(mean, var, count)``, returning
+#: what every learner replica collected together (core/replicas.py), so that all fold the same
+#: statistics; None: nothing. A process holds one learner, so one hook serves every statistic.
+_pending_hook = None
+
+
+def set_pending_hook(hook) -> None:
+    """Have every ``RunningMeanStd.fold`` in this process combine its collected summary through ``hook``."""
+    global _pending_hook
+    _pending_hook = hook
+
+
 class RunningMeanStd:
     """Mean and variance of everything observed so far, in float64 (gymnasium's, with its prior
     count of 1e-4 at mean 0 and variance 1). ``observe`` only collects; ``fold`` merges what was
@@ -53,6 +65,9 @@ class RunningMeanStd:
 
     def fold(self) -> bool:
         """Merge what was collected into the statistics in use; True if they changed."""
+        if _pending_hook is not None:  # before the test below: every replica folds, or none
+            self.pending_mean, self.pending_var, self.pending_count = _pending_hook(
+                self.pending_mean, self.pending_var, self.pending_count)
         if self.pending_count == 0:
             return False
         self.mean, self.var, self.count = self.merge(

@@ -18,7 +18,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 
-from tianji_dask.algos import optim
+from tianji_dask.algos import normalize, optim
 from tianji_dask.core.exact_replay_log import weights_digest
 
 
@@ -71,6 +71,7 @@ class Replicas:
         """Average every gradient step of this process across the replicas (``optim.set_grad_hook``),
         and start every replica from rank 0's networks."""
         optim.set_grad_hook(self.average)
+        normalize.set_pending_hook(self.pool_statistics)
         with torch.no_grad():
             for _, module in algo.networks():
                 for tensor in module.state_dict().values():
@@ -104,6 +105,22 @@ class Replicas:
         flat.div_(self.spec.world)
         for p, piece in zip(params, torch.split(flat, [g.numel() for g in grads])):
             p.grad = piece.view_as(p)
+
+    def pool_statistics(self, mean: np.ndarray, var: np.ndarray, count: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Every replica's collected (mean, variance, count) summary of one running statistic,
+        combined in rank order (the same result on every replica), so that the observation
+        normalization and reward scaling the policy carries stay identical."""
+        mine = torch.from_numpy(np.concatenate([[count], np.ravel(mean), np.ravel(var)]).astype(np.float64)).to(self.device)
+        every = [torch.zeros_like(mine) for _ in range(self.spec.world)]
+        self._collective(self._dist.all_gather, every, mine)
+        n = np.size(mean)
+        total_mean, total_var, total = np.zeros_like(mean), np.zeros_like(var), 0.0
+        for row in (t.cpu().numpy() for t in every):
+            if row[0] > 0:
+                total_mean, total_var, total = normalize.RunningMeanStd.merge(
+                    total_mean, total_var, total, row[1:1 + n].reshape(np.shape(mean)),
+                    row[1 + n:].reshape(np.shape(var)), float(row[0]))
+        return total_mean, total_var, total
 
     def agree(self, ready: bool, stop: bool) -> tuple[bool, bool]:
         """(every replica is ready to update, some replica stops), from each one's own ``ready``
@@ -163,6 +180,7 @@ class Replicas:
 
     def close(self) -> None:
         optim.set_grad_hook(None)
+        normalize.set_pending_hook(None)
         dist = self._dist
         if dist.is_initialized():
             try:
