@@ -215,6 +215,67 @@ class LearnerSupervisor:
         while address in self.client.scheduler_info(n_workers=-1)["workers"] and time.time() < deadline:
             time.sleep(0.2)
 
+    def _rebuild_replicas(self, err: Exception, lost_rank: int) -> None:
+        """A replica's worker was lost: the others cannot go on without it (their next collective
+        fails), so all are stopped and every replica is built anew, on the LEARNER workers there
+        are then, from the newest checkpoint version all replicas hold (none yet: from the start),
+        meeting at a fresh rendezvous. What the replicas consumed since that checkpoint is lost
+        with them, as with one learner rebuilt; at most ``REBUILD_ATTEMPTS`` times per run."""
+        from tianji_dask.core import checkpoint
+        from tianji_dask.launch.cluster import check_roles
+
+        out, p = self.plan.out, self.plan.pipeline
+        n = p.learner.replicas
+        lost = sum(entry["cause"] == "lost" for entry in self.restarts)
+        if lost >= REBUILD_ATTEMPTS:
+            raise RunFault(f"learner replica {lost_rank}: replicas lost {lost + 1} times, giving up (last: {err}); "
+                           f"`tianji-dask resume {out}` continues from the newest checkpoint") from None
+        for rank, learner in enumerate(self.learners):  # the survivors: stopped, and waited for
+            if rank != lost_rank:
+                self._stop_and_wait(learner, p.learner.replica_timeout_s + 60)
+        try:
+            paths = [str(path.resolve()) for path, _, _ in specs.newest_checkpoints(out, p)]
+        except checkpoint.CheckpointError:
+            paths = [None] * n  # lost before the first checkpoint: they start over (from the one this run resumed, if any)
+        if self.opened is not None and self.opened.learner_job is not None:
+            # a batch job that ended does not come back: a fresh one in its place
+            name = self._start_fresh_learner()
+            self._worker_named(name)
+            old, self.names[lost_rank] = self.names[lost_rank], name
+            self.opened.retire_learner(old)
+        self._wait_left(self._homes[lost_rank])
+        try:
+            check_roles(self.client, timeout=REBUILD_WAIT_S, learners=n)  # a nanny restarts a dead worker
+        except RuntimeError:
+            raise LearnerWorkersGone(f"learner replica {lost_rank}: its worker was lost and {n} workers offering the "
+                                     f"LEARNER resource were not there within {REBUILD_WAIT_S} s") from None
+        self._homes = learner_workers(self.client)[:n]
+        rendezvous = replica_rendezvous(self.client, self._homes[0])
+        entry = {"t": time.time(), "group": lost_rank, "cause": "lost", "error": str(err)[:500],
+                 "checkpoint": paths[0], "replicas_rebuilt": n}
+        attempt = len(self.restarts) + 1
+        self.restarts.append(entry)
+        made = [self._make_spec(r, rebuilt=True, keep_t_run_start=self.t_run_start,
+                                **({} if paths[r] is None else {"resume_from": paths[r]}),
+                                replica=ReplicaSpec(r, n, rendezvous, p.learner.replica_timeout_s, tuple(self._homes)))
+                for r in range(n)]
+        # all submitted before any is waited for: each meets the others as it is built
+        self.futures = [self._submit(spec, r, attempt=attempt) for r, spec in enumerate(made)]
+        self.learners = [future.result() for future in self.futures]
+        self.names = [self._worker_name(dask_internals.actor_address(learner)) for learner in self.learners]
+        self._published()
+
+    @staticmethod
+    def _stop_and_wait(learner, timeout_s: float) -> None:
+        """Ask a learner to stop and wait until it has ended (or ``timeout_s``, or its worker is gone)."""
+        deadline = time.time() + timeout_s
+        try:
+            learner.stop().result(timeout=30)
+            while time.time() < deadline and not learner.status(5.0).result(timeout=60).done:
+                pass
+        except Exception:  # noqa: BLE001 - its worker went too: nothing to wait for
+            return
+
     def _worker_name(self, address: str) -> str | None:
         worker = self.client.scheduler_info(n_workers=-1)["workers"].get(address)
         return None if worker is None else str(worker.get("name"))
@@ -232,9 +293,8 @@ class LearnerSupervisor:
             raise SchedulerLost(dask_internals.scheduler_address(self.client)) from None
         out = self.plan.out
         if self._homes:
-            raise RunFault(f"learner replica {group}: its worker {self._homes[group]} was lost ({str(err)[:200]}); the "
-                           f"replicas stop, as rebuilding their group is not built yet; `tianji-dask resume {out}` "
-                           "continues from the newest checkpoint") from None
+            self._rebuild_replicas(err, group)
+            return
         directory = specs.checkpoint_dirs(out, self.plan.pipeline.groups)[group]
         handoff = checkpoint.handoff_left(directory)
         if (handoff is not None and handoff.get("worker") == dask_internals.actor_address(self.learners[group])
