@@ -3,7 +3,7 @@
     python benchmarks/learner_scaling.py [--pipelines cartpole_dqn cartpole_ppo] [--layouts 1 g2 r2]
                                          [--explorers 1] [--seeds 0 1 2] [--max-seconds 400]
                                          [--set learner.simulated_step_ms=60 stop.target_return=10000]
-                                         [--out benchmarks/results/learner_scaling]
+                                         [--netns-rate 1gbit] [--out benchmarks/results/learner_scaling]
 
 A layout is ``1`` (one learner), ``gG`` (G groups: G models, averaged every reduce.every updates)
 or ``rN`` (N replicas: one policy, every gradient step averaged). Every learner gets
@@ -16,7 +16,10 @@ samples trained per second (env steps trained on, over all learners), learner up
 all-reduces, and the ratios to the first layout. ``--set`` passes pipeline fields to every run:
 ``learner.simulated_step_ms`` gives each gradient step a simulated cost, so that replicas on this
 machine scale as on hosts of their own (the all-reduces and the data are real), and an
-unreachable ``stop.target_return`` turns the runs into fixed-time throughput measurements.
+unreachable ``stop.target_return`` turns the runs into fixed-time throughput measurements. With
+``--netns-rate`` (root) every run goes to hosts made of network namespaces (``netns.py``): a host
+per learner, one for the explorers, links capped at that rate, so that chunks, weights and the
+replicas' all-reduces cross TCP between hosts.
 """
 
 from __future__ import annotations
@@ -41,6 +44,15 @@ def layout_args(layout: str, explorers: int) -> list[str]:
     if kind == "r":
         return ["--learner-replicas", str(n), "--explorers", str(n * explorers)]
     raise SystemExit(f"--layouts: {layout!r} is not 1, gG or rN")
+
+
+def netns_prefix(layout: str, explorers: int, rate: str) -> list[str]:
+    """The ``netns.py`` command a run of ``layout`` goes under: a host for each learner, one for the
+    scheduler and one for the explorers (a thread each)."""
+    learners = 1 if layout == "1" else int(layout[1:])
+    streams = explorers * learners
+    return [sys.executable, str(Path(__file__).resolve().parent / "netns.py"), "--hosts", str(learners + 2),
+            "--learners", str(learners), "--explorer-threads", str(streams), "--rate", rate, "--"]
 
 
 def summarize(r: dict) -> dict:
@@ -90,6 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layouts", nargs="+", default=["1", "g2", "r2"])
     parser.add_argument("--explorers", type=int, default=1, help="explorer streams per learner (group or replica)")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="pipeline fields for every run")
+    parser.add_argument("--netns-rate", metavar="RATE", help="run on namespace hosts with links of this rate (root)")
     args = parser.parse_args(argv)
     for layout in args.layouts:
         layout_args(layout, args.explorers)  # a bad layout stops here, before any run
@@ -99,7 +112,9 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         for pipeline in args.pipelines:
             for layout in args.layouts:
-                r = run_once(pipeline, seed, "relaxed", args.max_seconds, layout_args(layout, args.explorers) + extra)
+                prefix = netns_prefix(layout, args.explorers, args.netns_rate) if args.netns_rate else []
+                r = run_once(pipeline, seed, "relaxed", args.max_seconds, layout_args(layout, args.explorers) + extra,
+                             prefix=prefix)
                 row = {"pipeline": pipeline, "layout": layout, **summarize(r)}
                 rows.append(row)
                 tts = row["time_to_solve_s"]
@@ -109,7 +124,8 @@ def main(argv=None) -> int:
                       f"trained/s, {row['updates_per_s']:.1f} updates/s", flush=True)
     text = table(rows, args.layouts)
     about = f"medians over seeds {args.seeds}, {args.explorers} explorer stream(s) per learner" + (
-        f", {' '.join(args.set)}" if args.set else "")
+        f", {' '.join(args.set)}" if args.set else "") + (
+        f", on network-namespace hosts with {args.netns_rate} links" if args.netns_rate else "")
     print(f"\n{about}, {os.cpu_count()} cores:\n{text}")
     if args.out:
         write_report(args.out, "learner_scaling.py", argv, args, rows, "Scaling the learner", about, text)

@@ -1,12 +1,13 @@
 """Hosts as Linux network namespaces: a simulated cluster of N hosts on one machine (needs root).
 
-    python benchmarks/netns.py --hosts 4 [--rate 1gbit] [--explorer-threads 8] -- \\
+    python benchmarks/netns.py --hosts 4 [--learners 1] [--rate 1gbit] [--explorer-threads 8] -- \\
         python -m tianji_dask train cartpole_ppo --out runs/netns      # the scheduler's address is added
 
 It builds N network namespaces, each with its own address on a bridge in a namespace of its
 own (so no traffic reaches this machine's own interfaces), optionally caps every host's link with
-``tc ... tbf``, starts the Dask scheduler on host 0 (with the tianji preload), the learner worker
-on host 1 and explorer workers on the other hosts (host 1 as well when there are only two), and
+``tc ... tbf``, starts the Dask scheduler on host 0 (with the tianji preload), a learner worker
+on each of hosts 1 .. L (``--learners L``: one, or one per learner replica) and explorer workers
+on the other hosts (host 1 as well when there are only two), and
 runs the command on host 0 with ``--scheduler tcp://HOST0:8786`` appended. Chunks, weights and
 the direct path then travel over real TCP between hosts. On exit, whatever happened (an error,
 Ctrl-C, SIGTERM), every process it started is stopped and every namespace removed.
@@ -92,10 +93,13 @@ class Hosts:
 
 
 @contextmanager
-def dask_on_hosts(n: int, rate: str | None = None, explorer_threads: int = 1, python: str = sys.executable):
-    """A Dask cluster over ``n`` namespace hosts (n >= 2): yields (hosts, scheduler address)."""
-    if n < 2:
-        raise ValueError("hosts: need at least 2 (the scheduler's and the learner's)")
+def dask_on_hosts(n: int, rate: str | None = None, explorer_threads: int = 1, python: str = sys.executable,
+                  learners: int = 1):
+    """A Dask cluster over ``n`` namespace hosts (n >= 2), ``learners`` of them with a learner
+    worker: yields (hosts, scheduler address)."""
+    if n < 2 or (learners > 1 and n < learners + 2):
+        raise ValueError(f"hosts: need at least 2 (the scheduler's and the learner's), and {learners + 2} for "
+                         f"{learners} learners (one for explorers)")
     hosts = Hosts(n, rate)
 
     def stop(*_):
@@ -112,9 +116,10 @@ def dask_on_hosts(n: int, rate: str | None = None, explorer_threads: int = 1, py
                         "--no-dashboard", "--preload", "tianji_dask.preload"], **quiet)
         worker = [python, "-m", "distributed.cli.dask_worker", scheduler, "--no-dashboard", "--no-nanny",
                   "--preload", "tianji_dask.launch.worker_preload"]
-        hosts.start(1, [*worker, "--host", hosts.address(1), "--nthreads", "1", "--resources", "LEARNER=1",
-                        "--memory-limit", "0"], **quiet)
-        for i in range(2, n) if n > 2 else [1]:
+        for i in range(1, learners + 1):
+            hosts.start(i, [*worker, "--host", hosts.address(i), "--nthreads", "1", "--resources", "LEARNER=1",
+                            "--memory-limit", "0"], **quiet)
+        for i in range(learners + 1, n) if n > learners + 1 else [1]:
             hosts.start(i, [*worker, "--host", hosts.address(i), "--nthreads", str(explorer_threads), "--resources",
                             f"EXPLORER={explorer_threads}"], **quiet)
         yield hosts, scheduler
@@ -130,6 +135,7 @@ def main(argv=None) -> int:
     own, cmd = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=3)
+    parser.add_argument("--learners", type=int, default=1, help="hosts with a learner worker (one per learner replica)")
     parser.add_argument("--rate", help="cap every host's link, e.g. 1gbit or 100mbit (tc tbf)")
     parser.add_argument("--explorer-threads", type=int, default=1, help="explorer tasks each explorer worker runs at once")
     args = parser.parse_args(own)
@@ -139,7 +145,7 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         print("netns: needs root (it creates network namespaces)", file=sys.stderr)
         return 2
-    with dask_on_hosts(args.hosts, args.rate, args.explorer_threads) as (hosts, scheduler):
+    with dask_on_hosts(args.hosts, args.rate, args.explorer_threads, learners=args.learners) as (hosts, scheduler):
         return hosts.start(0, [*cmd, "--scheduler", scheduler]).wait()
 
 

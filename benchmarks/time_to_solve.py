@@ -55,12 +55,13 @@ def pipeline_copy(pipeline: str, overrides: dict):
 
 
 def run_once(pipeline: str, seed: int, mode: str, max_seconds: float, extra: list[str],
-             returns: bool = False) -> dict:
+             returns: bool = False, prefix: list[str] = ()) -> dict:
     """One ``tianji-dask train`` process's ``results.json``; with ``returns``, also ``returns``: every
-    training episode's return in the order the episodes ended (``episodes.csv``)."""
+    training episode's return in the order the episodes ended (``episodes.csv``). ``prefix``: what
+    the command runs under (e.g. ``netns.py``'s hosts)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "tianji_dask", "train", pipeline, "--seed", str(seed), "--mode", mode,
+        cmd = [*prefix, sys.executable, "-m", "tianji_dask", "train", pipeline, "--seed", str(seed), "--mode", mode,
                "--max-seconds", str(max_seconds), "--out", str(out), "--quiet", *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

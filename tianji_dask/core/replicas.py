@@ -51,6 +51,7 @@ class Replicas:
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         if dist.is_initialized():  # a learner rebuilt in this process: the old group goes first
             dist.destroy_process_group()
+        _talk_where_dask_does(spec, self.backend)
         try:
             dist.init_process_group(self.backend, init_method=spec.init_method, rank=spec.rank, world_size=spec.world,
                                     timeout=timedelta(seconds=spec.timeout_s))
@@ -203,6 +204,29 @@ class Replicas:
             raise ReplicaError(f"learner replica {self.spec.rank}: lost contact with {self._names(others)} "
                                f"(no answer within learner.replica_timeout_s, {self.spec.timeout_s:.0f} s, or gone: "
                                f"{self.broken})") from None
+
+
+def _talk_where_dask_does(spec: ReplicaSpec, backend: str) -> None:
+    """Unless told otherwise (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME), the replicas talk over the
+    network interface that holds the address this replica's Dask worker listens on: gloo would
+    otherwise take the address its host name resolves to, which on many machines (and in network
+    namespaces) the other hosts cannot reach."""
+    import os
+    import re
+
+    import psutil
+
+    variable = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    if os.environ.get(variable) or spec.rank >= len(spec.workers):
+        return
+    match = re.match(r"^[a-z]+://\[?([^\]]+?)\]?:\d+$", spec.workers[spec.rank])
+    if match is None:
+        return
+    host = match.group(1)
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == host for a in addresses):
+            os.environ[variable] = name
+            return
 
 
 def _first_line(err: BaseException) -> str:
