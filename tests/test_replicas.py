@@ -217,3 +217,13 @@ def test_a_resumed_replica_run_starts_every_replica_from_the_checkpoint_and_coun
     assert per[0]["final_weights_sha256"] == per[1]["final_weights_sha256"]
     assert after["episodes"] > before["episodes"]  # both replicas' earlier episodes are still on the books
     assert [r["episodes"] > b["episodes"] for r, b in zip(per, before["replica_results"])] == [True, True]
+
+
+def test_each_replicas_books_size_their_window_by_its_own_streams():
+    """A replica feeds on its share of the explorers: its window starts at its own stream count,
+    as one learner's does at the explorers', not at all of them (which overproduces stale chunks)."""
+    from tianji_dask.run import Run
+
+    one = Run("cartpole_dqn", overrides={"explorers": 2}).law()
+    replicas = Run("cartpole_dqn", overrides={"explorers": 8, "learner.replicas": 4}).law()
+    assert replicas["window"] == one["window"] == 2 and replicas["window_max"] == one["window_max"]

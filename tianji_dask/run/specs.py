@@ -64,7 +64,8 @@ def newest_checkpoints(run_dir: Path, p: Pipeline) -> list[tuple[Path, dict, lis
 
 def law(p: Pipeline, prepared: Prepared) -> LawSettings:
     """The controller's settings for this run, defaults filled in (``LawSettings.resolve``)."""
-    return LawSettings.resolve(p.controller.model_dump(), relaxed=p.mode == "relaxed", explorers=p.explorers,
+    # each learner's books govern its own streams: a group's explorers, or a replica's share of them
+    return LawSettings.resolve(p.controller.model_dump(), relaxed=p.mode == "relaxed", explorers=len(p.group_streams(0)),
                                chunks_per_update=prepared.chunks_per_update,
                                own_replay_ratio=prepared.own_replay_ratio,
                                simulated=p.simulated() is not None)
