@@ -18,8 +18,9 @@ all-reduces, and the ratios to the first layout. ``--set`` passes pipeline field
 machine scale as on hosts of their own (the all-reduces and the data are real), and an
 unreachable ``stop.target_return`` turns the runs into fixed-time throughput measurements. With
 ``--netns-rate`` (root) every run goes to hosts made of network namespaces (``netns.py``): a host
-per learner, one for the explorers, links capped at that rate, so that chunks, weights and the
-replicas' all-reduces cross TCP between hosts.
+per learner, one for the scheduler, explorer hosts as many as the embedded cluster's explorer
+processes, links capped at that rate, so that chunks, weights and the replicas' all-reduces cross
+TCP between hosts.
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ def layout_args(layout: str, explorers: int) -> list[str]:
 
 def netns_prefix(layout: str, explorers: int, rate: str) -> list[str]:
     """The ``netns.py`` command a run of ``layout`` goes under: a host for each learner, one for the
-    scheduler and one for the explorers (a thread each)."""
+    scheduler, and for the explorers as many hosts as an embedded cluster here starts explorer
+    processes (one per core, at most one per stream), their streams shared out in threads."""
     learners = 1 if layout == "1" else int(layout[1:])
     streams = explorers * learners
-    return [sys.executable, str(Path(__file__).resolve().parent / "netns.py"), "--hosts", str(learners + 2),
-            "--learners", str(learners), "--explorer-threads", str(streams), "--rate", rate, "--"]
+    explorer_hosts = max(1, min(streams, os.cpu_count() or 1))
+    return [sys.executable, str(Path(__file__).resolve().parent / "netns.py"), "--hosts",
+            str(learners + 1 + explorer_hosts), "--learners", str(learners),
+            "--explorer-threads", str(-(-streams // explorer_hosts)), "--rate", rate, "--"]
 
 
 def summarize(r: dict) -> dict:
