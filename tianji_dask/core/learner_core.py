@@ -68,6 +68,7 @@ class LearnerCore:
         #: the replicas this learner trains one policy with (None: it trains alone); joined here, so
         #: every replica starts from rank 0's networks
         self.replicas = None if spec.replica is None else Replicas(spec.replica, self.algo.device)
+        self._checkpoint_agreed = False  # the replicas' last agreement: a checkpoint after the update
         if self.replicas is not None:
             self.replicas.attach(self.algo)
         self.replay_log = None
@@ -234,6 +235,15 @@ class LearnerCore:
     def ready(self) -> bool:
         return self.algo.ready()
 
+    def agree(self, ready: bool, stop: bool) -> bool:
+        """With replicas: may every replica update now? One agreement over each one's ``ready``
+        and ``stop`` (and whether a checkpoint falls due with the update, so that all write it or
+        none does); a stop on any ends them all (``replicas.ended``). Alone: ``ready``."""
+        if self.replicas is None:
+            return ready
+        ready, _, self._checkpoint_agreed = self.replicas.agree(ready, stop, self.checkpointer.due(self.version + 1))
+        return ready
+
     def learn_once(self) -> None:
         """One update: a new version, on the books, checkpointed when one is due."""
         t0 = time.perf_counter()
@@ -252,9 +262,8 @@ class LearnerCore:
             self.replicas.updated(self.algo, self.version)
         if self.callbacks is not None:
             self.callbacks.emit("on_update", self.version, dict(metrics))
-        due = self.checkpointer.due(self.version)
-        if self.replicas is not None:  # every replica writes one at the same version, or none does
-            due = self.replicas.any(due)
+        # replicas write one at the same version, or none does: as they agreed before this update
+        due = self._checkpoint_agreed if self.replicas is not None else self.checkpointer.due(self.version)
         if due:
             with self.ledger.time.timed("checkpoint"):
                 self.write_checkpoint()

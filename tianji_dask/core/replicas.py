@@ -27,13 +27,16 @@ class ReplicaSpec:
     """This learner's place among the replicas: ``rank`` of ``world``; ``init_method``: the
     rendezvous (``tcp://host:port`` on rank 0's machine); ``timeout_s``: the longest any
     collective waits for a replica before it fails naming it; ``workers``: each rank's worker
-    (for the lines that name one); ``check_every``: versions between weight-hash comparisons."""
+    (for the lines that name one); ``host``: the address this replica's worker listens on (its
+    replicas talk over the interface that holds it); ``check_every``: versions between
+    weight-hash comparisons."""
 
     rank: int
     world: int
     init_method: str
     timeout_s: float = 120.0
     workers: tuple[str, ...] = ()
+    host: str | None = None
     check_every: int = 20
 
 
@@ -123,28 +126,22 @@ class Replicas:
                     row[1 + n:].reshape(np.shape(var)), float(row[0]))
         return total_mean, total_var, total
 
-    def agree(self, ready: bool, stop: bool) -> tuple[bool, bool]:
-        """(every replica is ready to update, some replica stops), from each one's own ``ready``
-        and ``stop``. Every replica calls this the same number of times; after a True first
-        answer each makes one update, after a True second one none calls again."""
+    def agree(self, ready: bool, stop: bool, checkpoint: bool = False) -> tuple[bool, bool, bool]:
+        """(every replica is ready to update, some replica stops, some replica has a checkpoint due
+        after this update), from each one's own ``ready``, ``stop`` and ``checkpoint``: one
+        all-reduce. Every replica calls this the same number of times; after a True first answer
+        each makes one update (writing a checkpoint after it on the third), after a True second
+        one none calls again."""
         if self.ended or self.broken:
-            return False, True
-        votes = torch.tensor([0 if ready else 1, 1 if stop else 0], dtype=torch.int64, device=self.device)
+            return False, True, False
+        votes = torch.tensor([0 if ready else 1, int(stop), int(checkpoint)], dtype=torch.int64, device=self.device)
         t0 = time.perf_counter()
         self._collective(self._dist.all_reduce, votes)
         self.agree_s += time.perf_counter() - t0
         self.agreements += 1
-        not_ready, stopping = (int(v) for v in votes.cpu())
+        not_ready, stopping, checkpoints = (int(v) for v in votes.cpu())
         self.ended = stopping > 0
-        return not_ready == 0 and not self.ended, self.ended
-
-    def any(self, flag: bool) -> bool:
-        """Is ``flag`` true on some replica? (Every replica asks, after the same update.)"""
-        if self.ended or self.broken:
-            return flag
-        vote = torch.tensor([1 if flag else 0], dtype=torch.int64, device=self.device)
-        self._collective(self._dist.all_reduce, vote)
-        return int(vote.cpu()[0]) > 0
+        return not_ready == 0 and not self.ended, self.ended, checkpoints > 0
 
     def leave(self) -> None:
         """This replica's loop ended (its stop, or an error): tell the others with a last vote
@@ -156,9 +153,9 @@ class Replicas:
                 pass
 
     def check(self, weights: dict[str, np.ndarray], version: int) -> None:
-        """Compare the policy weights' hash across the replicas (every ``check_every`` versions):
-        ReplicaError naming the replicas whose weights differ from rank 0's."""
-        if version % self.spec.check_every or self.ended or self.broken:
+        """Compare the policy weights' hash across the replicas: ReplicaError naming the replicas
+        whose weights differ from rank 0's."""
+        if self.ended or self.broken:
             return
         mine = torch.tensor([int(weights_digest(weights)[:15], 16)], dtype=torch.int64, device=self.device)
         every = [torch.zeros_like(mine) for _ in range(self.spec.world)]
@@ -212,19 +209,14 @@ def _talk_where_dask_does(spec: ReplicaSpec, backend: str) -> None:
     otherwise take the address its host name resolves to, which on many machines (and in network
     namespaces) the other hosts cannot reach."""
     import os
-    import re
 
     import psutil
 
     variable = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
-    if os.environ.get(variable) or spec.rank >= len(spec.workers):
+    if os.environ.get(variable) or spec.host is None:
         return
-    match = re.match(r"^[a-z]+://\[?([^\]]+?)\]?:\d+$", spec.workers[spec.rank])
-    if match is None:
-        return
-    host = match.group(1)
     for name, addresses in psutil.net_if_addrs().items():
-        if any(a.address == host for a in addresses):
+        if any(a.address == spec.host for a in addresses):
             os.environ[variable] = name
             return
 

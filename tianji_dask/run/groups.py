@@ -55,7 +55,7 @@ def groups_stop_reason(pooled: dict, statuses: list[dict], rules: StopRules, wor
         return None
     if ended["stop_reason"] == "max_seconds":
         return ended["stop_reason"]
-    return f"{word} {ended.get('group', statuses.index(ended))}: {ended['stop_reason']}"
+    return f"{word} {ended.get('group')}: {ended['stop_reason']}"
 
 
 def pool_results(finals: list[dict], rules: StopRules, stop_reason: str | None, fusion: dict | None,
@@ -119,5 +119,4 @@ def replica_figures(per: list[dict]) -> dict:
     time in all-reduces and agreements."""
     rows = [{**(r.get("replica") or {}), "learner_busy_fraction": r["learner_busy_fraction"],
              "env_steps": r["env_steps"]} for r in per]
-    return {"n": len(per), "per_replica": rows,
-            "allreduce_s_max": max((row.get("allreduce_s") or 0.0) for row in rows)}
+    return {"n": len(per), "per_replica": rows}

@@ -49,18 +49,31 @@ class LearnerSupervisor:
     def build(self, groups: int) -> None:
         """One learner per group (or replica), each built before this returns. Replicas go one to a
         LEARNER worker, and meet at a free port on the first one's machine."""
-        replicas = self.plan.pipeline.learner.replicas
-        if replicas > 1:
-            self._homes = learner_workers(self.client)[:replicas]
-            rendezvous = replica_rendezvous(self.client, self._homes[0])
-            timeout_s = self.plan.pipeline.learner.replica_timeout_s
-            made = [self._make_spec(r, replica=ReplicaSpec(r, replicas, rendezvous, timeout_s, tuple(self._homes)))
-                    for r in range(replicas)]
+        if self.plan.pipeline.learner.replicas > 1:
+            self._start_replicas()
         else:
-            made = [self._make_spec(group) for group in range(groups)]
-        self.futures = [self._submit(spec, group) for group, spec in enumerate(made)]
+            self._start([self._make_spec(group) for group in range(groups)])
+
+    def _start(self, made: list, attempt: int = 0) -> None:
+        """The learner actors of these specs (one per group or replica, in order): all submitted
+        before any is waited for, as replicas meet each other while they are built."""
+        self.futures = [self._submit(spec, group, attempt=attempt) for group, spec in enumerate(made)]
         self.learners = [future.result() for future in self.futures]
         self.names = [self._worker_name(dask_internals.actor_address(learner)) for learner in self.learners]
+
+    def _start_replicas(self, attempt: int = 0, resume_from: list[str | None] | None = None, **changes) -> None:
+        """Every replica, one to each of the first N LEARNER workers, meeting at a port free now on
+        the first one's machine (``resume_from``: each one's checkpoint; None: the run's own)."""
+        from distributed.comm import get_address_host
+
+        p = self.plan.pipeline
+        n = p.learner.replicas
+        self._homes = learner_workers(self.client)[:n]
+        rendezvous = replica_rendezvous(self.client, self._homes[0])
+        resume = [{} if resume_from is None or resume_from[r] is None else {"resume_from": resume_from[r]} for r in range(n)]
+        self._start([self._make_spec(r, **changes, **resume[r], replica=ReplicaSpec(
+            r, n, rendezvous, p.learner.replica_timeout_s, tuple(self._homes), host=get_address_host(self._homes[r])))
+            for r in range(n)], attempt)
 
     def take_over(self, state: dict) -> None:
         """A driver attaching to a run: the learners the last driver published, each waited for;
@@ -249,20 +262,9 @@ class LearnerSupervisor:
         except RuntimeError:
             raise LearnerWorkersGone(f"learner replica {lost_rank}: its worker was lost and {n} workers offering the "
                                      f"LEARNER resource were not there within {REBUILD_WAIT_S} s") from None
-        self._homes = learner_workers(self.client)[:n]
-        rendezvous = replica_rendezvous(self.client, self._homes[0])
-        entry = {"t": time.time(), "group": lost_rank, "cause": "lost", "error": str(err)[:500],
-                 "checkpoint": paths[0], "replicas_rebuilt": n}
-        attempt = len(self.restarts) + 1
-        self.restarts.append(entry)
-        made = [self._make_spec(r, rebuilt=True, keep_t_run_start=self.t_run_start,
-                                **({} if paths[r] is None else {"resume_from": paths[r]}),
-                                replica=ReplicaSpec(r, n, rendezvous, p.learner.replica_timeout_s, tuple(self._homes)))
-                for r in range(n)]
-        # all submitted before any is waited for: each meets the others as it is built
-        self.futures = [self._submit(spec, r, attempt=attempt) for r, spec in enumerate(made)]
-        self.learners = [future.result() for future in self.futures]
-        self.names = [self._worker_name(dask_internals.actor_address(learner)) for learner in self.learners]
+        self.restarts.append({"t": time.time(), "group": lost_rank, "cause": "lost", "error": str(err)[:500],
+                              "checkpoint": paths[0], "replicas_rebuilt": n})
+        self._start_replicas(len(self.restarts), paths, rebuilt=True, keep_t_run_start=self.t_run_start)
         self._published()
 
     @staticmethod

@@ -73,7 +73,7 @@ class Loop:
                     self.worker_closing = True
                     break
                 if replicas is not None and not self._agreed:
-                    replicas.agree(False, self._wants_stop())  # every pass votes, so a stop reaches all
+                    self.core.agree(False, self._wants_stop())  # every pass votes, so a stop reaches all
             if replicas is not None:
                 replicas.leave()
             if self.worker_closing:
@@ -100,7 +100,7 @@ class Loop:
         if self.core.replicas is None:
             return ready
         self._agreed = True
-        return self.core.replicas.agree(ready, self._wants_stop())[0]
+        return self.core.agree(ready, self._wants_stop())
 
     def _between_rounds(self) -> bool:
         """May the stop rules end the loop now? (Lockstep's: not while a round is half in.)"""
